@@ -1,0 +1,217 @@
+"""The `astuner` command line, built by `make_app(plugins)`.
+
+Tests build an app around their own `Plugins` and drive it with typer's
+runner; `main()` builds one with every installed plugin. Errors a user can
+fix print as one paragraph on stderr (traceback only with `--verbose`).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from astuner.components import build_backbone, build_reader, check_plugin_blocks, plugin_settings
+from astuner.config import AstunerConfig, load_config
+from astuner.errors import AstunerError
+from astuner.logs import configure_logging, get_logger
+from astuner.plugins import Plugins, kernel_version
+from astuner.protocols import RunContext
+from astuner.record import ExperimentDir
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ConfOption = Annotated[Path, typer.Option("--conf", "-c", help="The YAML config file.")]
+OverrideOption = Annotated[
+    list[str] | None,
+    typer.Option("--override", "-o", help="key=value over the config, e.g. rollout.temperature=0.7."),
+]
+BackboneOption = Annotated[
+    str | None, typer.Option("--backbone", "-b", help="Backbone to run (overrides the config).")
+]
+
+
+class _State:
+    verbose = False
+
+
+def _console(stderr: bool = False) -> Console:
+    # Wide when not a terminal, so piped tables and errors stay on one line each.
+    return Console(stderr=stderr, width=None if sys.stdout.isatty() else 200, highlight=False)
+
+
+def _guard(fn: F) -> F:
+    """Print user errors as one paragraph and exit 1; tracebacks only with --verbose."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+            raise
+        except AstunerError as exc:
+            if _State.verbose:
+                traceback.print_exc()
+            _console(stderr=True).print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
+            raise typer.Exit(1) from None
+        except Exception as exc:
+            if _State.verbose:
+                traceback.print_exc()
+            _console(stderr=True).print(
+                f"[bold red]error:[/] {type(exc).__name__}: {exc} (run with --verbose for the traceback)",
+                markup=True,
+                soft_wrap=True,
+            )
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _load(plugins: Plugins, conf: Path, overrides: list[str] | None, backbone: str | None) -> AstunerConfig:
+    config = load_config(conf, overrides or [])
+    if backbone:
+        config.backbone = backbone
+    plugins.check_conflicts()
+    check_plugin_blocks(config, plugins)
+    return config
+
+
+def make_app(plugins: Plugins | None = None) -> typer.Typer:
+    """The CLI around `plugins` (default: everything installed)."""
+    plugins = plugins if plugins is not None else Plugins()
+    app = typer.Typer(
+        name="astuner",
+        help="Train LLM agents with reinforcement learning.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+
+    @app.callback()
+    def root(
+        verbose: Annotated[
+            bool, typer.Option("--verbose", "-v", help="Show tracebacks and debug logs.")
+        ] = False,
+        version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+    ) -> None:
+        """Train LLM agents with reinforcement learning."""
+        _State.verbose = _State.verbose or verbose
+        if version:
+            typer.echo(f"astuner {kernel_version()}")
+            raise typer.Exit()
+
+    @app.command()
+    @_guard
+    def run(conf: ConfOption, backbone: BackboneOption = None, override: OverrideOption = None) -> None:
+        """Run (and train) with a config: rollouts, judging, updates."""
+        config = _load(plugins, conf, override, backbone)
+        for kind, name in (("reader", config.task_reader.type), ("judge", config.task_judge.judge_protocol)):
+            plugin_settings(config, plugins.get(kind, name, config.search_paths()))
+        runner = build_backbone(config, plugins)
+        experiment = ExperimentDir.create(config)
+        configure_logging(verbose=_State.verbose, log_file=experiment.log_file)
+        log = get_logger(backbone=config.backbone)
+        log.info("run started", experiment=str(experiment.path), config=str(conf))
+        runner.run(RunContext(config=config, experiment=experiment, plugins=plugins))
+        log.info("run finished", experiment=str(experiment.path))
+
+    plugins_app = typer.Typer(help="Inspect installed plugins.", no_args_is_help=True)
+    app.add_typer(plugins_app, name="plugins")
+
+    @plugins_app.command("list")
+    @_guard
+    def plugins_list(
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    ) -> None:
+        """Every plugin: distribution, version, hooks, what it provides, status."""
+        infos = plugins.infos()
+        if as_json:
+            typer.echo(json.dumps([info.as_dict() for info in infos], indent=2))
+            return
+        table = Table("name", "distribution", "version", "hooks", "provides", "status")
+        for info in infos:
+            status = "ok" if info.status == "ok" else f"[red]{info.status}[/]: {info.error}"
+            table.add_row(
+                info.name,
+                info.distribution or "-",
+                info.version or "-",
+                "\n".join(info.hooks),
+                "\n".join(info.provides),
+                status,
+            )
+        _console().print(table)
+
+    config_app = typer.Typer(help="Inspect configuration.", no_args_is_help=True)
+    app.add_typer(config_app, name="config")
+
+    @config_app.command("show")
+    @_guard
+    def config_show(
+        conf: ConfOption, backbone: BackboneOption = None, override: OverrideOption = None
+    ) -> None:
+        """Print the resolved config (and the backbone's engine config, if it has one)."""
+        config = _load(plugins, conf, override, backbone)
+        typer.echo(yaml.safe_dump(config.to_yaml_dict(), sort_keys=False), nl=False)
+        if backbone:
+            runner = build_backbone(config, plugins)
+            describe = getattr(runner, "engine_config", None)
+            if callable(describe):
+                typer.echo(f"# engine config for backbone '{backbone}'")
+                typer.echo(yaml.safe_dump(describe(config), sort_keys=False), nl=False)
+
+    data_app = typer.Typer(help="Look at task sets.", no_args_is_help=True)
+    app.add_typer(data_app, name="data")
+
+    @data_app.command("preview")
+    @_guard
+    def data_preview(
+        conf: ConfOption,
+        split: Annotated[str, typer.Option(help="train or validation.")] = "train",
+        n: Annotated[int, typer.Option("-n", help="How many tasks.")] = 5,
+        override: OverrideOption = None,
+    ) -> None:
+        """Show the first tasks the configured reader yields."""
+        if split not in ("train", "validation"):
+            raise AstunerError(f"--split must be 'train' or 'validation', not '{split}'.")
+        config = _load(plugins, conf, override, None)
+        reader = build_reader(config, plugins)
+        tasks = list(itertools.islice(reader.read(split), n))  # type: ignore[arg-type]
+        table = Table("task_id", "query", "answer", title=f"{config.task_reader.type} · {split}")
+        for task in tasks:
+            table.add_row(task.task_id, task.main_query, str(task.answer) if task.answer is not None else "")
+        _console().print(table)
+        if not tasks:
+            typer.echo(f"(the {split} split is empty)")
+
+    plugins.call_register_commands(app)
+    return app
+
+
+_SEED_FLAGS = ("--conf", "-c", "--backbone", "-b", "-o", "--override")
+
+
+def normalise_argv(argv: list[str]) -> list[str]:
+    """Accept the seeds' `astuner --conf X --backbone debug` as `astuner run ...`."""
+    if argv and any(argv[0] == f or argv[0].startswith(f + "=") for f in _SEED_FLAGS):
+        return ["run", *argv]
+    return argv
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    if "--verbose" in argv or "-v" in argv:
+        _State.verbose = True
+        argv = [a for a in argv if a not in ("--verbose", "-v")]
+    configure_logging(verbose=_State.verbose)
+    app = make_app()
+    app(args=normalise_argv(argv), prog_name="astuner")

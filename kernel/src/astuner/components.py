@@ -1,0 +1,104 @@
+"""Build the plugins a config names, each with its own validated settings block.
+
+The config keeps plugin sub-blocks as raw mappings (`task_reader.jsonl: {...}`);
+this module checks that every such block belongs to an installed plugin and
+validates it against that plugin's settings model when the plugin is built.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from astuner.config import AstunerConfig
+from astuner.config_errors import describe_origin, explain_validation_error
+from astuner.errors import ConfigError, PluginError
+from astuner.plugins import Plugins, Registration
+from astuner.protocols import Backbone, Judge, TaskReader
+
+
+def _plugin_blocks(config: AstunerConfig) -> list[tuple[str, str, dict[str, Any]]]:
+    """(kind, dotted section, {plugin name: raw block}) for every place plugin blocks live."""
+    return [
+        ("reader", "task_reader", config.task_reader.model_extra or {}),
+        ("judge", "task_judge", config.task_judge.model_extra or {}),
+        ("engine", "rollout.engines", config.rollout.engines),
+        ("madness_check", "rollout.madness", config.rollout.madness),
+        ("backbone", "", config.model_extra or {}),
+    ]
+
+
+def check_plugin_blocks(config: AstunerConfig, plugins: Plugins) -> None:
+    """Every plugin sub-block must name an installed plugin of the right kind."""
+    for kind, section, blocks in _plugin_blocks(config):
+        registry = plugins.registry(kind)
+        for name in blocks:
+            if name in registry:
+                continue
+            key = f"{section}.{name}" if section else name
+            origin = describe_origin(key.split("."), config.source, {}, {})
+            section_model = _section_model(config, section)
+            valid = list(getattr(section_model, "model_fields", {})) + list(registry)
+            near = difflib.get_close_matches(name, valid, n=1, cutoff=0.5)
+            hint = f" Did you mean '{(section + '.') if section else ''}{near[0]}'?" if near else ""
+            what = f"a key of '{section}'" if section else "a top-level key"
+            raise ConfigError(
+                f"Unknown key '{key}' in {origin}: it is neither {what} nor the settings block "
+                f"of an installed {kind.replace('_', ' ')} (installed: "
+                f"{', '.join(sorted(registry)) or 'none'}).{hint}"
+            )
+
+
+def plugin_settings(config: AstunerConfig, reg: Registration) -> BaseModel | None:
+    """The plugin's settings block, validated by its own model (defaults if absent)."""
+    if reg.settings is None:
+        return None
+    for kind, section, blocks in _plugin_blocks(config):
+        if kind == reg.kind:
+            raw = blocks.get(reg.name) or {}
+            try:
+                return reg.settings.model_validate(raw)
+            except ValidationError as exc:
+                prefix = f"{section}.{reg.name}" if section else reg.name
+                raise ConfigError(
+                    explain_validation_error(exc, reg.settings, config.source, {}, {}, prefix=prefix)
+                ) from exc
+    return reg.settings()
+
+
+def build(config: AstunerConfig, plugins: Plugins, kind: str, name: str) -> Any:
+    """Find `name` among plugins of `kind` (or import it) and build it with its settings."""
+    reg = plugins.get(kind, name, search_paths=config.search_paths())
+    return reg.build(plugin_settings(config, reg))
+
+
+def build_reader(config: AstunerConfig, plugins: Plugins) -> TaskReader:
+    reader = build(config, plugins, "reader", config.task_reader.type)
+    if not isinstance(reader, TaskReader):
+        raise PluginError(f"Reader '{config.task_reader.type}' built an object without read(split).")
+    return reader
+
+
+def build_judge(config: AstunerConfig, plugins: Plugins) -> Judge:
+    judge = build(config, plugins, "judge", config.task_judge.judge_protocol)
+    if not isinstance(judge, Judge):
+        raise PluginError(
+            f"Judge '{config.task_judge.judge_protocol}' built an object without async judge(task, output)."
+        )
+    return judge
+
+
+def build_backbone(config: AstunerConfig, plugins: Plugins) -> Backbone:
+    backbone = build(config, plugins, "backbone", config.backbone)
+    if not isinstance(backbone, Backbone):
+        raise PluginError(f"Backbone '{config.backbone}' built an object without run(ctx).")
+    return backbone
+
+
+def _section_model(config: AstunerConfig, section: str) -> Any:
+    node: Any = config
+    for part in filter(None, section.split(".")):
+        node = getattr(node, part)
+    return type(node) if isinstance(node, BaseModel) else None

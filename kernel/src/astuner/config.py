@@ -1,0 +1,355 @@
+"""Typed settings for the `astuner:` block, and how they are loaded.
+
+Sources, lowest to highest precedence: defaults < YAML file < environment
+(`ASTUNER__ROLLOUT__TEMPERATURE=0.7`) < command line (`-o rollout.temperature=0.7`).
+
+A config file looks like the seeds' tutorials: an `astuner:` block, optional
+`verl:` / `trinity:` blocks passed verbatim to those engines, and optional
+Hydra leftovers (`hydra:`, `defaults:`) that are ignored with one warning.
+Plugin sub-blocks (`task_reader.<reader>`, `task_judge.<judge>`, a backbone's
+own block) are kept as raw mappings here and validated by the plugin's own
+settings model when it is used (see `astuner.components`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+)
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
+
+from astuner.config_errors import explain_validation_error
+from astuner.errors import ConfigError
+from astuner.logs import get_logger
+
+ENV_PREFIX = "ASTUNER__"
+PASSTHROUGH_BLOCKS = ("verl", "trinity")
+IGNORED_BLOCKS = ("hydra", "defaults")
+
+
+class Section(BaseModel):
+    """A config block whose keys are all known: anything else is an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class PluginSection(Section):
+    """A block that also holds plugin sub-blocks, validated when the plugin is used."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class ModelConfig(Section):
+    path: str = Field(
+        "builtin:smollm2-135m-instruct",
+        description="HuggingFace repo id, local folder, .gguf file, or builtin:<name>.",
+    )
+
+
+class DataConfig(Section):
+    train_batch_size: int = Field(32, ge=1, description="Tasks per training step.")
+    max_prompt_length: int = Field(3000, ge=1)
+    max_response_length: int = Field(15000, ge=1)
+
+
+class MultiTurnConfig(Section):
+    max_steps: int = Field(30, ge=1, description="Most agent/environment turns per episode.")
+    max_sample_per_task: int = Field(30, ge=1)
+    expected_steps: int = Field(1, ge=1, description="Used to size engine batches.")
+
+
+class ValKwargs(Section):
+    temperature: float = Field(0.0, ge=0)
+    top_k: int = -1
+    top_p: float = Field(1.0, gt=0, le=1)
+    do_sample: bool = False
+    num_repeat: int = Field(1, ge=1)
+
+
+class RolloutConfig(Section):
+    agentscope_workflow: str | None = Field(
+        None,
+        validation_alias=AliasChoices("agentscope_workflow", "agentscope_learn_protocol", "user_workflow"),
+        description="The workflow: a registered name or an import string 'pkg.mod->Name'.",
+    )
+    use_agentscope_protocol: bool = True
+    agentscope_disable_toolcalls: bool = False
+    engine: str = Field("auto", description="Inference engine name, or auto.")
+    engine_url: str | None = Field(None, description="URL of an already running engine server.")
+    engines: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Engine settings.")
+    num_repeat: int = Field(4, ge=1, description="Rollouts per task; they form one group.")
+    temperature: float = Field(0.9, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = -1
+    max_env_worker: int = Field(32, ge=1, description="Rollouts running at once.")
+    rollout_timeout: float = Field(1800.0, gt=0, description="Seconds before a rollout is cut.")
+    gamma: float = Field(1.0, ge=0, le=1)
+    compute_madness_checklist: list[str] = Field(default_factory=lambda: ["nonsense"])
+    madness: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Check settings.")
+    agent_madness_termination: bool = True
+    agent_madness_reward: float = -1.0
+    max_response_length_in_one_turn: int = Field(4096, ge=1)
+    max_model_len: int = Field(18000, ge=1)
+    multi_turn: MultiTurnConfig = Field(default_factory=MultiTurnConfig)
+    val_kwargs: ValKwargs = Field(default_factory=ValKwargs)
+    name: str = Field("vllm", description="Engine family on GPU clusters (seeds' key).")
+    tensor_model_parallel_size: int = Field(1, ge=1)
+    n_vllm_engine: int = Field(1, ge=1)
+    max_num_seqs: int = Field(10, ge=1)
+    mode: str = "async"
+
+
+class TaskReaderConfig(PluginSection):
+    type: str = Field("arith", description="Reader name, or an import string.")
+
+
+class TaskJudgeConfig(PluginSection):
+    judge_protocol: str = Field("exact", description="Judge name, or an import string.")
+    alien_llm_model: str | None = None
+    alien_llm_response_length: int = Field(512, ge=1)
+
+
+class AlgorithmConfig(Section):
+    adv_estimator: str = "grpo"
+    use_kl_in_reward: bool = False
+    task_norm_patch: bool = False
+
+
+class OptimConfig(Section):
+    lr: float = Field(1e-6, gt=0)
+    weight_decay: float = Field(0.01, ge=0)
+
+
+class FsdpConfig(Section):
+    param_offload: bool = True
+    optimizer_offload: bool = True
+
+
+class TrainerCommonConfig(Section):
+    total_epochs: int = Field(50, ge=1)
+    total_training_steps: int | None = Field(None, ge=1, description="Overrides epochs when set.")
+    val_before_train: bool = False
+    val_pass_n: int = Field(4, ge=1)
+    save_freq: int = Field(20, ge=1)
+    test_freq: int = Field(20, ge=1)
+    nnodes: int = Field(1, ge=1)
+    n_gpus_per_node: int = Field(8, ge=0)
+    logger: list[str] = Field(default_factory=lambda: ["console", "tensorboard"])
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    mini_batch_num: int = Field(1, ge=1)
+    fsdp_config: FsdpConfig = Field(default_factory=FsdpConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    use_kl_loss: bool = True
+    kl_loss_coef: float = Field(0.002, ge=0)
+    kl_loss_type: str = "low_var_kl"
+    ulysses_sequence_parallel_size: int = Field(1, ge=1)
+    resume: str = Field("disable", description="disable, auto, or a checkpoint folder.")
+    seed: int = 42
+
+    @field_validator("logger", mode="before")
+    @classmethod
+    def _logger_as_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+
+class ContextTrackerConfig(Section):
+    mode: Literal["cumulative", "template"] = "cumulative"
+    context_tracker_type: str = Field("linear", description="Seeds' key; kept for compatibility.")
+    max_env_len: int = Field(4096, ge=1, description="Tool/environment outputs are clipped here.")
+    alien_llm_model: str | None = None
+    alien_llm_response_length: int = Field(512, ge=1)
+
+
+class DebugConfig(Section):
+    debug_max_parallel: int = Field(4, ge=1)
+    debug_first_n_tasks: int = Field(2, ge=1)
+    debug_vllm_port: int = 18000
+    debug_vllm_seed: int = 12345
+    debug_tensor_parallel_size: int = Field(1, ge=1)
+
+
+class AstunerConfig(BaseSettings):
+    """The resolved `astuner:` block, plus the verbatim engine passthrough blocks.
+
+    Extra top-level keys are allowed only as the settings block of a
+    backbone (e.g. `torch:`); `astuner.components.check_plugin_blocks`
+    rejects any other.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="allow", case_sensitive=False
+    )
+
+    project_name: str = "astuner_project"
+    experiment_name: str = Field("read_yaml_name", description="read_yaml_name: the YAML file stem.")
+    experiment_dir: str = Field("launcher_record", description="Root folder of experiment records.")
+    backbone: str = "debug"
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    task_reader: TaskReaderConfig = Field(default_factory=TaskReaderConfig)
+    task_judge: TaskJudgeConfig = Field(default_factory=TaskJudgeConfig)
+    trainer_common: TrainerCommonConfig = Field(default_factory=TrainerCommonConfig)
+    context_tracker: ContextTrackerConfig = Field(default_factory=ContextTrackerConfig)
+    debug: DebugConfig = Field(default_factory=DebugConfig)
+    verl: dict[str, Any] = Field(default_factory=dict, description="Passed verbatim to verl.")
+    trinity: dict[str, Any] = Field(default_factory=dict, description="Passed verbatim to Trinity.")
+
+    _source: Path | None = PrivateAttr(None)
+
+    @property
+    def source(self) -> Path | None:
+        """The YAML file this config was loaded from, if any."""
+        return self._source
+
+    def search_paths(self) -> list[Path]:
+        """Where import strings are looked up: the working directory and the config's folder."""
+        paths = [Path.cwd()]
+        if self._source is not None:
+            paths.append(self._source.resolve().parent)
+        return paths
+
+    def to_yaml_dict(self) -> dict[str, Any]:
+        """The file form: `astuner:` block plus non-empty passthrough blocks."""
+        data = self.model_dump(mode="json", by_alias=False)
+        out: dict[str, Any] = {"astuner": {k: v for k, v in data.items() if k not in PASSTHROUGH_BLOCKS}}
+        for block in PASSTHROUGH_BLOCKS:
+            if data[block]:
+                out[block] = data[block]
+        return out
+
+
+def load_config(
+    path: str | Path | None,
+    overrides: list[str] | None = None,
+    environ: dict[str, str] | None = None,
+) -> AstunerConfig:
+    """Load, merge and validate a config; raise `ConfigError` with a readable reason."""
+    file_data: dict[str, Any] = {}
+    source = None
+    if path is not None:
+        source = Path(path)
+        file_data = _read_config_file(source)
+    environ = dict(os.environ) if environ is None else environ
+    env_data = _env_values(environ)
+    override_data = parse_overrides(overrides or [])
+    merged = deep_merge(deep_merge(file_data, env_data), override_data)
+    try:
+        config = AstunerConfig.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(
+            explain_validation_error(exc, AstunerConfig, source, env_data, override_data)
+        ) from exc
+    config._source = source
+    if config.experiment_name == "read_yaml_name":
+        config.experiment_name = source.stem if source is not None else "default"
+    return config
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise ConfigError(f"Config file '{path}' does not exist. Pass an existing YAML file to --conf.")
+    if path.is_dir():
+        raise ConfigError(f"Config path '{path}' is a folder; pass a YAML file to --conf.")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"Config file '{path}' is not valid YAML{where}: {problem}.") from exc
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"Config file '{path}' must hold a mapping with an 'astuner:' block.")
+    unknown = [k for k in raw if k not in ("astuner", *PASSTHROUGH_BLOCKS, *IGNORED_BLOCKS)]
+    if unknown:
+        raise ConfigError(
+            f"Config file '{path}' has unknown top-level key(s): {', '.join(map(str, unknown))}. "
+            "Valid top-level keys are 'astuner', 'verl' and 'trinity' (and 'hydra'/'defaults', "
+            "which are ignored). Put astuner settings under 'astuner:'."
+        )
+    ignored = [k for k in IGNORED_BLOCKS if k in raw]
+    if ignored:
+        get_logger().warning(
+            "ignoring Hydra keys: astuner composes its own defaults",
+            keys=ignored,
+            file=str(path),
+        )
+    block = raw.get("astuner") or {}
+    if not isinstance(block, dict):
+        raise ConfigError(f"Config file '{path}': the 'astuner:' block must be a mapping.")
+    data = dict(block)
+    for name in PASSTHROUGH_BLOCKS:
+        if raw.get(name) is not None:
+            if not isinstance(raw[name], dict):
+                raise ConfigError(f"Config file '{path}': the '{name}:' block must be a mapping.")
+            data[name] = deep_merge(data.get(name) or {}, raw[name])
+    return data
+
+
+def _env_values(environ: dict[str, str]) -> dict[str, Any]:
+    """ASTUNER__A__B=v variables as a nested mapping; an unknown top-level name is an error."""
+    fields = set(AstunerConfig.model_fields)
+    for name in environ:
+        if name.upper().startswith(ENV_PREFIX):
+            top = name[len(ENV_PREFIX) :].split("__", 1)[0].lower()
+            if top not in fields:
+                raise ConfigError(
+                    f"Environment variable {name} names no config key '{top}'. "
+                    f"Top-level keys: {', '.join(sorted(fields))}."
+                )
+    source = EnvSettingsSource(
+        AstunerConfig, case_sensitive=False, env_prefix=ENV_PREFIX, env_nested_delimiter="__"
+    )
+    source.env_vars = {k.lower(): v for k, v in environ.items()}
+    return source()
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """`["rollout.temperature=0.7"]` -> `{"rollout": {"temperature": 0.7}}` (values read as YAML)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw_value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise ConfigError(
+                f"Cannot read the override '{pair}': write it as -o section.key=value, "
+                "e.g. -o rollout.temperature=0.7."
+            )
+        if key.startswith("astuner."):
+            key = key[len("astuner.") :]
+        try:
+            value = yaml.safe_load(raw_value) if raw_value.strip() else ""
+        except yaml.YAMLError:
+            value = raw_value
+        node = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"Override '{pair}' conflicts with another override of '{part}'.")
+        node[leaf] = value
+    return out
+
+
+def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """A new mapping: `update` laid over `base`, mappings merged key by key."""
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out

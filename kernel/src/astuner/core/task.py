@@ -1,0 +1,60 @@
+"""What readers produce and what workflows and judges exchange.
+
+These are the types a user's code touches: a reader yields `Task`s, a
+workflow returns a `WorkflowOutput`, a judge returns a `JudgeOutput`.
+All are pydantic models so they serialise to the rollout log as JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Task(BaseModel):
+    """One task from a task set.
+
+    `main_query` is what the agent is asked; `metadata` keeps the raw row
+    (e.g. the reference `answer`) so judges can read whatever they need.
+    `env_type` is set for tasks served by an environment service.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: str
+    main_query: str = ""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    env_type: str | None = None
+
+    @property
+    def answer(self) -> Any:
+        """The reference answer, when the task set has one."""
+        return self.metadata.get("answer")
+
+
+class WorkflowOutput(BaseModel):
+    """What a workflow returns after one run.
+
+    `reward` may be set by the workflow itself (a float, or one float per
+    step); when it is None the configured judge decides. `metadata` carries
+    what the judge reads, e.g. `final_answer`.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    reward: float | list[float] | None = None
+    is_success: bool | None = None
+    response: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+
+class JudgeOutput(BaseModel):
+    """A judge's verdict on one run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reward: float | list[float]
+    is_success: bool = False
+    metrics: dict[str, float] = Field(default_factory=dict)

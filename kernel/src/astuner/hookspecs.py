@@ -1,0 +1,122 @@
+"""The plugin contract: every hook a plugin may implement.
+
+A plugin is a module (or object) with functions marked `@hookimpl`, found
+through the `astuner` entry-point group. Each `register_*` hook receives a
+`register` callback and calls it once per thing the plugin provides:
+
+    from astuner import hookimpl
+
+    @hookimpl
+    def register_judges(register):
+        register("exact", ExactJudge, settings=ExactJudgeSettings)
+
+`register(name, factory, *, settings=None, summary="")`:
+
+- `name` is what users write in config (`task_judge.judge_protocol: exact`).
+- `factory` builds the thing. It is only called when a run needs it, so a
+  plugin module imports cheaply and puts heavy imports (torch, datasets,
+  agentscope) inside the factory.
+- `settings` is an optional pydantic model for the plugin's own config
+  sub-block (e.g. `task_reader.jsonl`); when given, the factory is called
+  with the validated block, otherwise with no arguments.
+- `summary` is one line shown by `astuner plugins list`.
+
+What each factory must return is described per hook below and typed in
+`astuner.protocols`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pluggy
+
+if TYPE_CHECKING:
+    import typer
+    from pydantic import BaseModel
+
+hookspec = pluggy.HookspecMarker("astuner")
+hookimpl = pluggy.HookimplMarker("astuner")
+
+
+class Register(Protocol):
+    """The callback handed to every `register_*` hook."""
+
+    def __call__(
+        self,
+        name: str,
+        factory: Callable[..., Any],
+        *,
+        settings: type[BaseModel] | None = None,
+        summary: str = "",
+    ) -> None: ...
+
+
+@hookspec
+def register_readers(register: Register) -> None:
+    """Register task readers.
+
+    The factory returns a `TaskReader`: `read(split)` yields `Task`s for
+    `"train"` or `"validation"`. Settings live under `task_reader.<name>`;
+    the reader is chosen by `task_reader.type`.
+    """
+
+
+@hookspec
+def register_workflows(register: Register) -> None:
+    """Register ready-made workflows by name.
+
+    The factory returns a workflow: a `Workflow` subclass instance or an
+    `async def workflow(task, model, auxiliary_models)` function. Chosen by
+    `rollout.agentscope_workflow` (a name or an import string).
+    """
+
+
+@hookspec
+def register_judges(register: Register) -> None:
+    """Register judges.
+
+    The factory returns a `Judge`: `async judge(task, output) -> JudgeOutput`.
+    Settings live under `task_judge.<name>`; the judge is chosen by
+    `task_judge.judge_protocol`.
+    """
+
+
+@hookspec
+def register_madness_checks(register: Register) -> None:
+    """Register bad-output detectors (the "madness" checks).
+
+    The factory returns a check that inspects one finished trajectory and
+    says whether, and why, the agent went off the rails. Checks run when
+    listed in `rollout.compute_madness_checklist`; settings live under
+    `rollout.madness.<name>`.
+    """
+
+
+@hookspec
+def register_backbones(register: Register) -> None:
+    """Register backbones: what `astuner run --backbone NAME` dispatches to.
+
+    The factory returns a `Backbone`: `run(ctx: RunContext) -> None`. Its
+    settings, if any, live in the block named after it (`debug:`, `torch:`).
+    """
+
+
+@hookspec
+def register_engines(register: Register) -> None:
+    """Register inference engines.
+
+    The factory returns an engine with
+    `async generate(prompt_ids, sampling) -> (ids, logprobs, finish_reason)`.
+    Settings live under `rollout.engines.<name>`.
+    """
+
+
+@hookspec
+def register_commands(cli: typer.Typer) -> None:
+    """Add sub-commands to the `astuner` command line.
+
+    `cli` is the root typer app; add a command or a sub-app to it, e.g.
+    `cli.add_typer(envservice_app, name="envservice")`.
+    """

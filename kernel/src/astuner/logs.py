@@ -1,0 +1,67 @@
+"""Logging: readable lines on the terminal, JSON lines in the experiment folder.
+
+Everything goes through the stdlib logger "astuner" via structlog, so
+library code calls `get_logger().info("event", key=value)` and the CLI
+decides where it ends up.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+LOGGER_NAME = "astuner"
+_SHARED_PROCESSORS: list[Any] = [
+    structlog.contextvars.merge_contextvars,
+    structlog.stdlib.add_log_level,
+    structlog.processors.TimeStamper(fmt="iso"),
+]
+_configured = False
+
+
+def configure_logging(*, verbose: bool = False, log_file: Path | None = None) -> None:
+    """(Re)configure handlers: terminal on stderr, plus JSON lines into `log_file`."""
+    global _configured
+    structlog.configure(
+        processors=[*_SHARED_PROCESSORS, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,
+    )
+    logger = logging.getLogger(LOGGER_NAME)
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+    console = logging.StreamHandler(sys.stderr)
+    console.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processor=structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()),
+            foreign_pre_chain=_SHARED_PROCESSORS,
+        )
+    )
+    console.setLevel(logging.DEBUG if verbose else logging.INFO)
+    logger.addHandler(console)
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        json_handler = logging.FileHandler(log_file, encoding="utf-8")
+        json_handler.setFormatter(
+            structlog.stdlib.ProcessorFormatter(
+                processor=structlog.processors.JSONRenderer(), foreign_pre_chain=_SHARED_PROCESSORS
+            )
+        )
+        json_handler.setLevel(logging.DEBUG)
+        logger.addHandler(json_handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    _configured = True
+
+
+def get_logger(**context: Any) -> structlog.stdlib.BoundLogger:
+    """The astuner logger, configured for the terminal on first use."""
+    if not _configured:
+        configure_logging()
+    return structlog.stdlib.get_logger(LOGGER_NAME).bind(**context)

@@ -1,0 +1,330 @@
+"""The plugin manager: discovery, registries and `astuner plugins list`.
+
+Plugins come from three places: the kernel's own `default_plugins`, entry
+points in the `astuner` group (installed packages), and objects a test
+registers by hand. One broken plugin never takes the others down: an import
+error, a misspelled hook or a hook that raises marks that plugin broken and
+the rest keep working.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.metadata
+import os
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pluggy
+from pydantic import BaseModel
+
+from astuner import hookspecs
+from astuner.default_plugins import DEFAULT_PLUGINS
+from astuner.errors import PluginError
+
+ENTRY_POINT_GROUP = "astuner"
+LOAD_PLUGINS_ENV = "ASTUNER_LOAD_PLUGINS"
+
+# kind -> the hook that registers it
+KINDS: dict[str, str] = {
+    "reader": "register_readers",
+    "workflow": "register_workflows",
+    "judge": "register_judges",
+    "madness_check": "register_madness_checks",
+    "backbone": "register_backbones",
+    "engine": "register_engines",
+}
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One named thing a plugin provides."""
+
+    kind: str
+    name: str
+    factory: Callable[..., Any]
+    plugin: str
+    settings: type[BaseModel] | None = None
+    summary: str = ""
+
+    def build(self, settings: BaseModel | None = None) -> Any:
+        """Call the factory: with the validated settings block if it declares one."""
+        if self.settings is None:
+            return self.factory()
+        return self.factory(settings if settings is not None else self.settings())
+
+
+@dataclass
+class PluginInfo:
+    """What `astuner plugins list` shows for one plugin."""
+
+    name: str
+    distribution: str | None = None
+    version: str | None = None
+    hooks: list[str] = field(default_factory=list)
+    provides: list[str] = field(default_factory=list)
+    status: str = "ok"
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "distribution": self.distribution,
+            "version": self.version,
+            "hooks": self.hooks,
+            "provides": self.provides,
+            "status": self.status,
+            "error": self.error,
+        }
+
+
+def is_import_string(name: str) -> bool:
+    """`pkg.mod->Name` (the seeds' form) or `pkg.mod:Name`."""
+    return "->" in name or ":" in name
+
+
+def resolve_import_string(spec: str, search_paths: Iterable[Path] = ()) -> Any:
+    """Import the object an import string names, or explain why not."""
+    module_name, sep, attr_path = spec.partition("->")
+    if not sep:
+        module_name, _, attr_path = spec.rpartition(":")
+    module_name, attr_path = module_name.strip(), attr_path.strip()
+    if not module_name or not attr_path:
+        raise PluginError(
+            f"'{spec}' is not a valid import string: write it as "
+            "'package.module->Name' or 'package.module:Name'."
+        )
+    for path in search_paths:
+        if str(path) not in sys.path:
+            sys.path.insert(0, str(path))
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise PluginError(
+            f"Cannot import module '{module_name}' from the import string '{spec}' "
+            f"({type(exc).__name__}: {exc}). Check the spelling, and that the module "
+            "is importable from the current directory or the config file's folder."
+        ) from exc
+    for part in attr_path.split("."):
+        if not hasattr(obj, part):
+            public = sorted(n for n in dir(obj) if not n.startswith("_"))
+            near = difflib.get_close_matches(part, public, n=1)
+            hint = f" Did you mean '{near[0]}'?" if near else ""
+            raise PluginError(
+                f"'{module_name}' has no attribute '{attr_path}' (from the import string '{spec}').{hint}"
+            )
+        obj = getattr(obj, part)
+    return obj
+
+
+class Plugins:
+    """A pluggy plugin manager plus the registries built from its hooks.
+
+    Tests build `Plugins(load_entry_points=False)` and `add()` what they
+    need; the CLI builds one with everything installed.
+    """
+
+    def __init__(self, *, load_entry_points: bool = True, load_defaults: bool = True) -> None:
+        self.pm = pluggy.PluginManager("astuner")
+        self.pm.add_hookspecs(hookspecs)
+        self._infos: dict[str, PluginInfo] = {}
+        self._registries: dict[str, dict[str, Registration]] | None = None
+        self._conflicts: list[str] = []
+        if load_defaults:
+            version = kernel_version()
+            for module_name in DEFAULT_PLUGINS:
+                module = importlib.import_module(module_name)
+                short = module_name.rsplit(".", 1)[-1]
+                self.add(module, name=short, distribution="astuner", version=version)
+        if load_entry_points:
+            self.load_entry_points()
+
+    # -- loading --------------------------------------------------------
+
+    def add(
+        self,
+        plugin: Any,
+        *,
+        name: str | None = None,
+        distribution: str | None = None,
+        version: str | None = None,
+    ) -> None:
+        """Register a plugin object; a plugin that fails validation is marked broken."""
+        name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+        info = PluginInfo(name=name, distribution=distribution, version=version)
+        self._infos[name] = info
+        self._registries = None
+        try:
+            self.pm.register(plugin, name=name)
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            if self.pm.get_plugin(name) is not None:
+                self.pm.unregister(name=name)
+            self._mark_broken(info, "invalid hook", _explain_validation(exc))
+            return
+        info.hooks = sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or [])
+
+    def load_entry_points(self) -> None:
+        """Load every `astuner` entry point, narrowed by ASTUNER_LOAD_PLUGINS."""
+        allowed = _allowed_plugins()
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            dist = ep.dist.name if ep.dist else None
+            if allowed is not None and ep.name not in allowed and dist not in allowed:
+                continue
+            if ep.name in self._infos:
+                continue
+            version = ep.dist.version if ep.dist else None
+            try:
+                plugin = ep.load()
+            except Exception as exc:  # a broken plugin must not take the CLI down
+                info = PluginInfo(name=ep.name, distribution=dist, version=version)
+                self._infos[ep.name] = info
+                self._mark_broken(info, "import error", f"{type(exc).__name__}: {exc}")
+                continue
+            self.add(plugin, name=ep.name, distribution=dist, version=version)
+
+    # -- registries -----------------------------------------------------
+
+    def registry(self, kind: str) -> dict[str, Registration]:
+        """All registrations of one kind, by name."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown plugin kind {kind!r}; kinds: {', '.join(KINDS)}")
+        if self._registries is None:
+            self._collect()
+        assert self._registries is not None
+        return self._registries[kind]
+
+    def get(self, kind: str, name: str, search_paths: Iterable[Path] = ()) -> Registration:
+        """Find a registration by name, or resolve an import string."""
+        self.check_conflicts()
+        if is_import_string(name):
+            obj = resolve_import_string(name, search_paths)
+            return Registration(kind=kind, name=name, factory=obj, plugin=f"import:{name}")
+        registry = self.registry(kind)
+        if name in registry:
+            return registry[name]
+        installed = ", ".join(sorted(registry)) or "(none)"
+        near = difflib.get_close_matches(name, list(registry), n=1)
+        hint = f" Did you mean '{near[0]}'?" if near else ""
+        broken = [i.name for i in self._infos.values() if i.status != "ok"]
+        broken_note = (
+            f" Some plugins failed to load ({', '.join(broken)}); see `astuner plugins list`."
+            if broken
+            else ""
+        )
+        raise PluginError(
+            f"No {kind.replace('_', ' ')} named '{name}'.{hint} Installed: {installed}."
+            f"{broken_note} Install the plugin that provides it, or give an import "
+            "string such as 'my_package.module->MyClass'."
+        )
+
+    def check_conflicts(self) -> None:
+        """Raise if two plugins registered the same name for the same kind."""
+        if self._registries is None:
+            self._collect()
+        if self._conflicts:
+            raise PluginError(
+                " ".join(self._conflicts) + " Uninstall one of them, or narrow the plugins loaded with "
+                f"{LOAD_PLUGINS_ENV}=name1,name2."
+            )
+
+    def infos(self) -> list[PluginInfo]:
+        """Every plugin seen, loaded or broken, with what it provides."""
+        if self._registries is None:
+            self._collect()
+        return list(self._infos.values())
+
+    def call_register_commands(self, cli: Any) -> None:
+        """Let plugins add CLI sub-commands; a failing plugin is marked broken."""
+        for impl in self.pm.hook.register_commands.get_hookimpls():
+            try:
+                impl.function(cli=cli)
+            except Exception as exc:
+                info = self._infos[impl.plugin_name]
+                self._mark_broken(info, "hook error", f"register_commands: {type(exc).__name__}: {exc}")
+
+    def _collect(self) -> None:
+        registries: dict[str, dict[str, Registration]] = {kind: {} for kind in KINDS}
+        self._conflicts = []
+        for info in self._infos.values():
+            if info.status == "ok":
+                info.provides = []
+        for plugin_name, plugin in self.pm.list_name_plugin():
+            info = self._infos[plugin_name]
+            staged: list[Registration] = []
+            try:
+                for kind, hook_name in KINDS.items():
+                    for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
+                        if impl.plugin is plugin:
+                            impl.function(register=_register_into(staged, kind, plugin_name))
+            except Exception as exc:
+                self._mark_broken(info, "hook error", f"{type(exc).__name__}: {exc}")
+                continue
+            for reg in staged:
+                existing = registries[reg.kind].get(reg.name)
+                if existing is not None:
+                    self._conflicts.append(
+                        f"The {reg.kind.replace('_', ' ')} name '{reg.name}' is registered "
+                        f"by two plugins: '{existing.plugin}' and '{reg.plugin}'."
+                    )
+                    continue
+                registries[reg.kind][reg.name] = reg
+                info.provides.append(f"{reg.kind}:{reg.name}")
+        self._registries = registries
+
+    def _mark_broken(self, info: PluginInfo, status: str, error: str) -> None:
+        info.status = status
+        info.error = error
+        info.provides = []
+        if self.pm.get_plugin(info.name) is not None:
+            self.pm.unregister(name=info.name)
+        self._registries = None
+
+
+def _register_into(staged: list[Registration], kind: str, plugin_name: str) -> hookspecs.Register:
+    def register(
+        name: str,
+        factory: Callable[..., Any],
+        *,
+        settings: type[BaseModel] | None = None,
+        summary: str = "",
+    ) -> None:
+        if not isinstance(name, str) or not name or is_import_string(name):
+            raise ValueError(f"invalid {kind} name {name!r}: use a plain name without ':' or '->'")
+        if not callable(factory):
+            raise TypeError(f"the factory for {kind} '{name}' is not callable")
+        if settings is not None and not (isinstance(settings, type) and issubclass(settings, BaseModel)):
+            raise TypeError(f"settings for {kind} '{name}' must be a pydantic model class")
+        staged.append(Registration(kind, name, factory, plugin_name, settings, summary))
+
+    return register
+
+
+def _allowed_plugins() -> set[str] | None:
+    value = os.environ.get(LOAD_PLUGINS_ENV)
+    if value is None:
+        return None
+    return {part.strip() for part in value.split(",") if part.strip()}
+
+
+def _explain_validation(exc: pluggy.PluginValidationError) -> str:
+    message = str(exc)
+    hook_names = [*list(KINDS.values()), "register_commands"]
+    for word in message.replace("'", " ").split():
+        if word.startswith("register") and word not in hook_names:
+            near = difflib.get_close_matches(word, hook_names, n=1)
+            if near:
+                return f"unknown hook '{word}' (did you mean '{near[0]}'?)"
+            return f"unknown hook '{word}'"
+    return message
+
+
+def kernel_version() -> str | None:
+    try:
+        return importlib.metadata.version("astuner")
+    except importlib.metadata.PackageNotFoundError:
+        return None
