@@ -1,0 +1,5 @@
+"""`python -m astuner` is the `astuner` command."""
+
+from astuner.cli import main
+
+main()

@@ -1,0 +1,44 @@
+from astuner.default_plugins.arith_reader import ArithReader, ArithReaderSettings
+
+
+def _evaluate(expression: str) -> int:
+    # expressions only hold integers, + - * / and parentheses; division is exact
+    return int(eval(expression.replace("/", "//"), {"__builtins__": {}}))
+
+
+def test_same_seed_same_tasks_and_answers_are_right() -> None:
+    settings = ArithReaderSettings(seed=3, difficulty="hard", train_size=50, validation_size=20)
+    first = list(ArithReader(settings).read("train"))
+    again = list(ArithReader(settings).read("train"))
+    assert first == again
+    assert len(first) == 50
+    for task in first:
+        assert int(task.answer) == _evaluate(task.metadata["expression"])
+        assert int(task.answer) >= 0
+        assert task.main_query.endswith("have now?")
+
+
+def test_other_seed_other_tasks() -> None:
+    a = list(ArithReader(ArithReaderSettings(seed=1, train_size=20)).read("train"))
+    b = list(ArithReader(ArithReaderSettings(seed=2, train_size=20)).read("train"))
+    assert [t.main_query for t in a] != [t.main_query for t in b]
+
+
+def test_validation_never_repeats_a_train_problem() -> None:
+    settings = ArithReaderSettings(difficulty="easy", train_size=300, validation_size=100)
+    reader = ArithReader(settings)
+    train = {t.main_query for t in reader.read("train")}
+    validation = [t.main_query for t in reader.read("validation")]
+    assert len(validation) == 100
+    assert not train & set(validation)
+    assert len(set(validation)) == len(validation)
+
+
+def test_difficulty_changes_the_number_of_steps() -> None:
+    def steps(difficulty: str) -> list[int]:
+        reader = ArithReader(ArithReaderSettings(difficulty=difficulty, train_size=100))
+        return [t.main_query.count("Then") for t in reader.read("train")]
+
+    assert set(steps("easy")) == {1}
+    assert min(steps("hard")) >= 2
+    assert max(steps("hard")) <= 3

@@ -1,0 +1,157 @@
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import ClassVar
+
+import pytest
+from pydantic import BaseModel
+from typer.testing import CliRunner
+
+from astuner import hookimpl
+from astuner.cli import make_app, normalise_argv
+from astuner.plugins import Plugins
+from astuner.protocols import RunContext
+
+
+class RecordingSettings(BaseModel):
+    flavour: str = "plain"
+
+
+class RecordingBackbone:
+    """A backbone that remembers what it was handed."""
+
+    runs: ClassVar[list[RunContext]] = []
+
+    def __init__(self, settings: RecordingSettings) -> None:
+        self.settings = settings
+
+    def run(self, ctx: RunContext) -> None:
+        RecordingBackbone.runs.append(ctx)
+
+    def engine_config(self, config) -> dict:
+        return {"engine": {"flavour": self.settings.flavour, "temperature": config.rollout.temperature}}
+
+
+@pytest.fixture
+def app_with_backbone(plugins: Plugins):
+    def register_backbones(register):
+        register("recorder", RecordingBackbone, settings=RecordingSettings)
+
+    plugins.add(SimpleNamespace(register_backbones=hookimpl(register_backbones)), name="test_backbone")
+    RecordingBackbone.runs = []
+    return make_app(plugins)
+
+
+def invoke(app, *args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_run_reaches_the_backbone_with_the_merged_config(
+    app_with_backbone, write_config, monkeypatch
+) -> None:
+    path = write_config({"rollout": {"temperature": 0.5, "num_repeat": 2}, "recorder": {"flavour": "spicy"}})
+    monkeypatch.setenv("ASTUNER__ROLLOUT__NUM_REPEAT", "3")
+    result = invoke(
+        app_with_backbone,
+        "run",
+        "--conf",
+        str(path),
+        "--backbone",
+        "recorder",
+        "-o",
+        "rollout.temperature=0.7",
+    )
+    assert result.exit_code == 0, result.output
+    (ctx,) = RecordingBackbone.runs
+    assert ctx.config.rollout.temperature == 0.7
+    assert ctx.config.rollout.num_repeat == 3
+    assert ctx.config.backbone == "recorder"
+    folder = ctx.experiment.path
+    assert folder.parent == Path("launcher_record") / "conf"
+    saved = folder / "config.yaml"
+    assert "temperature: 0.7" in saved.read_text()
+    log_lines = [json.loads(line) for line in (folder / "astuner.log").read_text().splitlines()]
+    assert [line["event"] for line in log_lines] == ["run started", "run finished"]
+    assert log_lines[0]["backbone"] == "recorder"
+
+
+def test_config_show_prints_config_and_engine_config(app_with_backbone, write_config) -> None:
+    path = write_config({"recorder": {"flavour": "mild"}})
+    result = invoke(app_with_backbone, "config", "show", "--conf", str(path), "--backbone", "recorder")
+    assert result.exit_code == 0, result.output
+    assert "astuner:" in result.stdout
+    assert "flavour: mild" in result.stdout
+    assert "# engine config for backbone 'recorder'" in result.stdout
+
+
+def test_plugins_list_table_and_json(plugins: Plugins) -> None:
+    app = make_app(plugins)
+    table = invoke(app, "plugins", "list")
+    assert table.exit_code == 0
+    for text in ("arith_reader", "reader:arith", "judge:exact", "register_readers", "astuner"):
+        assert text in table.stdout
+    rows = json.loads(invoke(app, "plugins", "list", "--json").stdout)
+    by_name = {row["name"]: row for row in rows}
+    assert by_name["exact_judge"]["provides"] == ["judge:exact"]
+    assert by_name["exact_judge"]["status"] == "ok"
+
+
+def test_data_preview_arith_and_jsonl(plugins: Plugins, write_config, workdir: Path) -> None:
+    app = make_app(plugins)
+    arith = write_config({"task_reader": {"type": "arith"}}, name="arith.yaml")
+    result = invoke(app, "data", "preview", "--conf", str(arith), "-n", "2")
+    assert result.exit_code == 0, result.output
+    assert "arith-train-00000" in result.stdout and "arith-train-00001" in result.stdout
+    assert "arith-train-00002" not in result.stdout
+
+    (workdir / "val.jsonl").write_text(json.dumps({"question": "What is 6*7?", "answer": "42"}) + "\n")
+    jsonl = write_config(
+        {"task_reader": {"type": "jsonl", "jsonl": {"validation_file": "val.jsonl"}}}, name="jsonl.yaml"
+    )
+    result = invoke(app, "data", "preview", "--conf", str(jsonl), "--split", "validation")
+    assert result.exit_code == 0, result.output
+    assert "What is 6*7?" in result.stdout and "42" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("block", "args", "expected"),
+    [
+        ({"rollout": {"temprature": 1}}, [], "Did you mean 'rollout.temperature'?"),
+        ({"rollout": {"temperature": "hot"}}, [], "Invalid value for 'rollout.temperature'"),
+        ({}, ["--backbone", "nope"], "No backbone named 'nope'. Installed: recorder."),
+        ({"task_judge": {"judge_protocol": "exakt"}}, ["--backbone", "recorder"], "Did you mean 'exact'?"),
+        (
+            {"task_judge": {"judge_protocol": "missing_mod->Judge"}},
+            ["--backbone", "recorder"],
+            "Cannot import module 'missing_mod'",
+        ),
+    ],
+)
+def test_bad_input_is_one_paragraph_without_traceback(
+    app_with_backbone, write_config, block, args, expected
+) -> None:
+    path = write_config(block)
+    result = invoke(app_with_backbone, "run", "--conf", str(path), *args)
+    assert result.exit_code == 1
+    assert expected in result.stderr
+    assert "Traceback" not in result.output
+    assert result.stderr.strip().startswith("error:")
+    assert RecordingBackbone.runs == []
+
+
+def test_missing_config_file(plugins: Plugins, workdir: Path) -> None:
+    result = invoke(make_app(plugins), "data", "preview", "--conf", "nope.yaml")
+    assert result.exit_code == 1
+    assert "Config file 'nope.yaml' does not exist" in result.stderr
+
+
+def test_seed_spelling_without_a_sub_command() -> None:
+    assert normalise_argv(["--conf", "x.yaml", "--backbone", "debug"]) == [
+        "run",
+        "--conf",
+        "x.yaml",
+        "--backbone",
+        "debug",
+    ]
+    assert normalise_argv(["--conf=x.yaml"]) == ["run", "--conf=x.yaml"]
+    assert normalise_argv(["plugins", "list"]) == ["plugins", "list"]

@@ -1,0 +1,109 @@
+from types import SimpleNamespace
+
+import pytest
+from pydantic import BaseModel
+
+from astuner import hookimpl
+from astuner.errors import PluginError
+from astuner.plugins import Plugins, resolve_import_string
+
+
+class NullReaderSettings(BaseModel):
+    size: int = 1
+
+
+class NullReader:
+    def __init__(self, settings: NullReaderSettings) -> None:
+        self.settings = settings
+
+    def read(self, split):  # pragma: no cover - never iterated here
+        return iter(())
+
+
+def _plugin(**hooks: object) -> SimpleNamespace:
+    return SimpleNamespace(**{name: hookimpl(fn) for name, fn in hooks.items()})
+
+
+def test_defaults_are_registered_with_the_kernel_version(plugins: Plugins) -> None:
+    infos = {i.name: i for i in plugins.infos()}
+    assert infos["arith_reader"].provides == ["reader:arith"]
+    assert infos["exact_judge"].provides == ["judge:exact"]
+    assert infos["jsonl_reader"].distribution == "astuner"
+    assert infos["jsonl_reader"].version
+    assert infos["jsonl_reader"].hooks == ["register_readers"]
+    assert set(plugins.registry("reader")) == {"arith", "jsonl"}
+
+
+def test_a_plugin_registers_a_factory_with_settings(plugins: Plugins) -> None:
+    def register_readers(register):
+        register("null", NullReader, settings=NullReaderSettings, summary="nothing")
+
+    plugins.add(_plugin(register_readers=register_readers), name="nullplug")
+    reg = plugins.get("reader", "null")
+    assert reg.plugin == "nullplug"
+    reader = reg.build(NullReaderSettings(size=3))
+    assert reader.settings.size == 3
+    assert reg.build().settings.size == 1
+
+
+def test_a_name_registered_twice_names_both_plugins(plugins: Plugins) -> None:
+    def register_judges(register):
+        register("exact", lambda: None)
+
+    plugins.add(_plugin(register_judges=register_judges), name="impostor")
+    with pytest.raises(
+        PluginError, match=r"'exact' is registered by two plugins: 'exact_judge' and 'impostor'"
+    ):
+        plugins.get("reader", "arith")
+
+
+def test_a_hook_that_raises_marks_only_that_plugin_broken(plugins: Plugins) -> None:
+    def register_readers(register):
+        raise RuntimeError("boom")
+
+    plugins.add(_plugin(register_readers=register_readers), name="explodes")
+    infos = {i.name: i for i in plugins.infos()}
+    assert infos["explodes"].status == "hook error"
+    assert "RuntimeError: boom" in infos["explodes"].error
+    assert plugins.get("reader", "arith").name == "arith"
+
+
+def test_a_misspelled_hook_is_reported_with_the_right_name(plugins: Plugins) -> None:
+    plugins.add(_plugin(register_reader=lambda register: None), name="typo")
+    info = {i.name: i for i in plugins.infos()}["typo"]
+    assert info.status == "invalid hook"
+    assert "register_reader" in info.error and "register_readers" in info.error
+    assert plugins.get("judge", "exact").name == "exact"
+
+
+def test_unknown_name_lists_installed_and_suggests(plugins: Plugins) -> None:
+    with pytest.raises(PluginError) as err:
+        plugins.get("reader", "jsnl")
+    message = str(err.value)
+    assert "No reader named 'jsnl'" in message
+    assert "Did you mean 'jsonl'?" in message
+    assert "Installed: arith, jsonl." in message
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["astuner.default_plugins.arith_reader->ArithReader", "astuner.default_plugins.arith_reader:ArithReader"],
+)
+def test_import_strings_in_both_spellings(plugins: Plugins, spec: str) -> None:
+    from astuner.default_plugins.arith_reader import ArithReader
+
+    assert plugins.get("reader", spec).factory is ArithReader
+
+
+def test_import_string_errors_say_what_is_wrong() -> None:
+    with pytest.raises(PluginError, match=r"Cannot import module 'no_such_pkg\.mod'"):
+        resolve_import_string("no_such_pkg.mod->Thing")
+    with pytest.raises(PluginError, match=r"has no attribute 'ArithReadr'.*Did you mean 'ArithReader'"):
+        resolve_import_string("astuner.default_plugins.arith_reader->ArithReadr")
+    with pytest.raises(PluginError, match="not a valid import string"):
+        resolve_import_string("->Thing")
+
+
+def test_import_string_found_in_a_search_path(tmp_path) -> None:
+    (tmp_path / "my_workflow_mod.py").write_text("class Flow:\n    pass\n")
+    assert resolve_import_string("my_workflow_mod->Flow", [tmp_path]).__name__ == "Flow"
