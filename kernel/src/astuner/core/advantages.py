@@ -1,0 +1,229 @@
+"""Advantage estimators over groups of trajectories (runs of the same task).
+
+Every estimator is a pure function of the batch's scores and group
+membership that returns a baseline and a scale per trajectory:
+
+    estimator(scores: (B,), group: (B,) int, eps) -> (baseline: (B,), scale: (B,))
+
+and the advantage of trajectory i is `(x - baseline[i]) / scale[i]`, where
+`x` is its score, or, with per-step rewards, the discounted return of each
+step. Registered estimators (`rollout`'s `adv_estimator`):
+
+- `grpo`: group mean and (unbiased) group standard deviation.
+- `dr_grpo`: group mean only, no division (Dr. GRPO).
+- `rloo`: leave-one-out mean of the rest of the group, no division.
+- `reinforce_pp`: REINFORCE++: whitening by the mean and standard deviation
+  of the whole batch, groups ignored.
+- `reinforce_pp_baseline`: group mean subtracted, then divided by the
+  standard deviation of those centred scores over the whole batch.
+
+`compute_advantages` applies one to trajectories and writes the result onto
+their samples' generated tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from astuner.core.trajectory import Sample, Trajectory
+
+Estimator = Callable[[np.ndarray, np.ndarray, float], tuple[np.ndarray, np.ndarray]]
+_ESTIMATORS: dict[str, Estimator] = {}
+
+
+def register_advantage_estimator(name: str) -> Callable[[Estimator], Estimator]:
+    """Decorator: make an estimator available under `name`."""
+
+    def deco(fn: Estimator) -> Estimator:
+        if name in _ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        _ESTIMATORS[name] = fn
+        return fn
+
+    return deco
+
+
+def get_advantage_estimator(name: str) -> Estimator:
+    """The estimator registered as `name`."""
+    try:
+        return _ESTIMATORS[name]
+    except KeyError:
+        raise KeyError(f"unknown adv_estimator {name!r}; known: {sorted(_ESTIMATORS)}") from None
+
+
+def advantage_estimators() -> list[str]:
+    """Names of all registered estimators."""
+    return sorted(_ESTIMATORS)
+
+
+def group_stats(scores: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-trajectory statistics of its group.
+
+    scores: (B,) float; group: (B,) int in [0, G).
+    Returns (mean, std, count), each (B,): the mean, the unbiased standard
+    deviation (0 for a group of one) and the size of trajectory i's group.
+    """
+    counts = np.bincount(group)
+    sums = np.bincount(group, weights=scores)
+    means = sums / counts
+    centred = scores - means[group]
+    sq = np.bincount(group, weights=centred**2)
+    std = np.sqrt(np.divide(sq, counts - 1, out=np.zeros_like(sq), where=counts > 1))
+    return means[group], std[group], counts[group].astype(np.float64)
+
+
+@register_advantage_estimator("grpo")
+def grpo(scores: np.ndarray, group: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """GRPO: A_i = (r_i - mean_g) / (std_g + eps). Shapes (B,) -> ((B,), (B,))."""
+    mean, std, _ = group_stats(scores, group)
+    return mean, std + eps
+
+
+@register_advantage_estimator("dr_grpo")
+def dr_grpo(scores: np.ndarray, group: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """Dr. GRPO: A_i = r_i - mean_g (dividing by std biases towards easy/hard groups)."""
+    mean, _, _ = group_stats(scores, group)
+    return mean, np.ones_like(scores)
+
+
+@register_advantage_estimator("rloo")
+def rloo(scores: np.ndarray, group: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """RLOO: A_i = r_i - mean of the other n_g - 1 scores of the group.
+
+    A trajectory alone in its group has no baseline and gets A_i = 0.
+    """
+    mean, _, count = group_stats(scores, group)
+    sums = mean * count
+    others = np.divide(sums - scores, count - 1, out=scores.copy(), where=count > 1)
+    return others, np.ones_like(scores)
+
+
+@register_advantage_estimator("reinforce_pp")
+def reinforce_pp(
+    scores: np.ndarray, group: np.ndarray, eps: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """REINFORCE++: A_i = (r_i - mean_batch) / (std_batch + eps); no group baseline."""
+    std = scores.std(ddof=1) if scores.size > 1 else 0.0
+    return np.full_like(scores, scores.mean()), np.full_like(scores, std + eps)
+
+
+@register_advantage_estimator("reinforce_pp_baseline")
+def reinforce_pp_baseline(
+    scores: np.ndarray, group: np.ndarray, eps: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """REINFORCE++ with a group baseline: c_i = r_i - mean_g, A_i = c_i / (std_batch(c) + eps)."""
+    mean, _, _ = group_stats(scores, group)
+    centred = scores - mean
+    std = centred.std(ddof=1) if scores.size > 1 else 0.0
+    return mean, np.full_like(scores, std + eps)
+
+
+def discounted_returns(rewards: Sequence[float], gamma: float) -> np.ndarray:
+    """Return-to-go of per-step rewards: G_k = sum_{j>=k} gamma^(j-k) r_j. (T,) -> (T,)."""
+    out = np.zeros(len(rewards))
+    acc = 0.0
+    for k in range(len(rewards) - 1, -1, -1):
+        acc = rewards[k] + gamma * acc
+        out[k] = acc
+    return out
+
+
+def zero_variance_groups(scores: np.ndarray, group: np.ndarray, tol: float = 1e-9) -> np.ndarray:
+    """(B,) scores, (B,) group -> (G,) bool: the groups whose scores are all equal."""
+    n = int(group.max()) + 1 if group.size else 0
+    hi = np.full(n, -np.inf)
+    lo = np.full(n, np.inf)
+    np.maximum.at(hi, group, scores)
+    np.minimum.at(lo, group, scores)
+    return (hi - lo) <= tol
+
+
+@dataclass
+class AdvantageReport:
+    """The outcome of `compute_advantages`.
+
+    `samples`: the samples kept, with `advantages` filled in;
+    `step_advantages`: per trajectory id, the advantage of each of its
+    steps (trainable calls that generated tokens), in call order;
+    `zero_variance_groups`: group ids whose scores were all equal;
+    `dropped_samples`: samples left out (unscored trajectories, and
+    zero-variance groups when dropping them).
+    """
+
+    samples: list[Sample] = field(default_factory=list)
+    step_advantages: dict[str, list[float]] = field(default_factory=dict)
+    zero_variance_groups: list[str] = field(default_factory=list)
+    dropped_samples: int = 0
+
+
+def _steps(traj: Trajectory) -> list[int]:
+    return [c.index for c in traj.calls if c.trainable and c.response_ids]
+
+
+def compute_advantages(
+    trajectories: Sequence[Trajectory],
+    samples: Sequence[Sample],
+    *,
+    estimator: str = "grpo",
+    gamma: float = 1.0,
+    drop_zero_variance: bool = False,
+    eps: float = 1e-6,
+) -> AdvantageReport:
+    """Score trajectories, estimate advantages per group, and broadcast them to tokens.
+
+    A float reward gives one advantage for all the trajectory's generated
+    tokens. A list reward holds one reward per step (trainable call with
+    generated tokens, in order); the group statistics use each trajectory's
+    return from its first step, and step k's tokens get
+    `(G_k - baseline) / scale`. Trajectories that raised or have no reward
+    are not trained. Raises ValueError when a reward list does not have one
+    entry per step.
+    """
+    fn = get_advantage_estimator(estimator)
+    scored = [t for t in trajectories if t.error is None and t.reward is not None]
+    group_ids = sorted({t.group_id for t in scored})
+    index = {g: i for i, g in enumerate(group_ids)}
+    group = np.array([index[t.group_id] for t in scored], dtype=np.int64)
+    returns: list[np.ndarray] = []
+    for t in scored:
+        if isinstance(t.reward, list):
+            if len(t.reward) != len(_steps(t)):
+                raise ValueError(
+                    f"trajectory {t.trajectory_id}: {len(t.reward)} step rewards "
+                    f"for {len(_steps(t))} steps"
+                )
+            returns.append(discounted_returns(t.reward, gamma))
+        else:
+            returns.append(np.array([float(t.reward)]))  # type: ignore[arg-type]
+    scores = np.array([r[0] if r.size else 0.0 for r in returns], dtype=np.float64)
+    report = AdvantageReport()
+    if not scored:
+        report.dropped_samples = len(samples)
+        return report
+    baseline, scale = fn(scores, group, eps)
+    flat = zero_variance_groups(scores, group)
+    report.zero_variance_groups = [g for g in group_ids if flat[index[g]]]
+    per_call: dict[str, dict[int, float]] = {}
+    for i, t in enumerate(scored):
+        adv = (returns[i] - baseline[i]) / scale[i]
+        steps = _steps(t)
+        if isinstance(t.reward, list):
+            per_call[t.trajectory_id] = {c: float(a) for c, a in zip(steps, adv)}
+        else:
+            per_call[t.trajectory_id] = dict.fromkeys(steps, float(adv[0]))
+        report.step_advantages[t.trajectory_id] = list(per_call[t.trajectory_id].values())
+    dropped_groups = set(report.zero_variance_groups) if drop_zero_variance else set()
+    for s in samples:
+        advs = per_call.get(s.trajectory_id)
+        if advs is None or s.group_id in dropped_groups:
+            report.dropped_samples += 1
+            continue
+        values = [0.0] * len(s.input_ids)
+        for start, end, call_index in s.response_spans:
+            values[start:end] = [advs[call_index]] * (end - start)
+        s.advantages = values
+        report.samples.append(s)
+    return report

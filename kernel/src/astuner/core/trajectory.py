@@ -1,0 +1,180 @@
+"""What a rollout records: model calls, trajectories and training samples.
+
+These pydantic models are the rollout log format: one `Trajectory` per line
+of `rollouts/step_<n>.jsonl`, written with `Trajectory.model_dump_json()`
+and read back with `Trajectory.model_validate_json(line)`.
+
+Token lists are plain `list[int]` / `list[float]` so the log is readable by
+any JSON tool; backbones turn them into tensors.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PromptSource = Literal["template", "cumulative", "fallback", "none"]
+"""How a call's prompt ids were built.
+
+`template`: the chat template applied to the whole history (first call of a
+context, template mode, or a new context); `cumulative`: previous prompt +
+response + the template's delta for new messages; `fallback`: cumulative
+mode had to re-render because the delta was not a pure extension; `none`:
+no prompt was built (the call was stopped before rendering).
+"""
+
+FinishReason = str
+"""`stop` (end-of-turn token), `length` (response budget), `context_overflow`
+(prompt + budget over `max_model_len`, not sent), `madness` (stopped after a
+madness check fired), or whatever else an engine reports."""
+
+
+class ToolCall(BaseModel):
+    """One tool call parsed from generated text, in OpenAI's shape.
+
+    `arguments` is the JSON text of the arguments object, as OpenAI sends it.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    def to_openai(self) -> dict[str, Any]:
+        """`{"id", "type": "function", "function": {"name", "arguments"}}`."""
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+class ToolCallError(BaseModel):
+    """A tool call the model tried to make but wrote wrongly.
+
+    The agent is shown `as_tool_message()` as the result of call `id`, so
+    it can correct itself; the `wrong_toolcall` madness check counts these.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    raw: str
+    error: str
+    name: str = ""
+
+    def as_tool_message(self) -> dict[str, Any]:
+        """An OpenAI `tool` message that reports the error to the agent."""
+        return {
+            "role": "tool",
+            "tool_call_id": self.id,
+            "name": self.name,
+            "content": f"Error: invalid tool call ({self.error}). The call was: {self.raw}",
+        }
+
+
+class LLMCall(BaseModel):
+    """One model call: what went in, what came out, token for token.
+
+    `prompt_ids` is exactly what the engine was given and `response_ids`
+    exactly what it generated (the end-of-turn token included when the
+    model stopped on it); `response_logprobs[i]` is the sampling log-prob of
+    `response_ids[i]`, or None when the engine gives none. A call with
+    `trainable=False` (stop replies, engines without token ids) is logged
+    but never trained on.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int = 0
+    agent_name: str = "default"
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+    prompt_ids: list[int] = Field(default_factory=list)
+    response_ids: list[int] = Field(default_factory=list)
+    response_logprobs: list[float] | None = None
+    finish_reason: FinishReason = "stop"
+    text: str = ""
+    content: str = ""
+    reasoning: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_errors: list[ToolCallError] = Field(default_factory=list)
+    prompt_source: PromptSource = "template"
+    drift: bool = False
+    trainable: bool = True
+    madness: list[str] = Field(default_factory=list)
+    timings: dict[str, float] = Field(default_factory=dict)
+
+
+class TrackerStats(BaseModel):
+    """Counters of one rollout's context tracking."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    calls: int = 0
+    template_calls: int = 0
+    cumulative_calls: int = 0
+    fallbacks: int = 0
+    drifts: int = 0
+    new_contexts: int = 0
+    context_overflows: int = 0
+    clipped_env_outputs: int = 0
+    stop_replies: int = 0
+
+
+class Trajectory(BaseModel):
+    """One run of a workflow on one task.
+
+    `reward` is the final reward used for training (after the judge and the
+    madness penalty): a float, one float per trainable call (per-step
+    rewards), or None if the run could not be scored. `madness` lists
+    `"<check>: <reason>"` for every check that fired. `error` holds the
+    traceback if the workflow raised; such trajectories are not trained on.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    trajectory_id: str
+    task_id: str = ""
+    group_id: str = ""
+    calls: list[LLMCall] = Field(default_factory=list)
+    reward: float | list[float] | None = None
+    is_success: bool | None = None
+    madness: list[str] = Field(default_factory=list)
+    error: str | None = None
+    tracker: TrackerStats = Field(default_factory=TrackerStats)
+    metrics: dict[str, float] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    timings: dict[str, float] = Field(default_factory=dict)
+
+
+class Sample(BaseModel):
+    """One training sequence, made by merging calls (see `astuner.core.merge`).
+
+    All per-token lists have the length of `input_ids` (shape `(T,)`):
+    `loss_mask[t]` is 1 exactly where the model generated token t;
+    `old_logprobs[t]` is its sampling log-prob there and 0.0 elsewhere
+    (None when an engine gave no log-probs); `advantages[t]` is filled by
+    `astuner.core.advantages` and 0.0 where the mask is 0.
+    `response_spans` lists `(start, end, call_index)`: tokens
+    `input_ids[start:end]` are call `call_index`'s response.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    trajectory_id: str = ""
+    group_id: str = ""
+    agent_name: str = "default"
+    input_ids: list[int] = Field(default_factory=list)
+    loss_mask: list[int] = Field(default_factory=list)
+    old_logprobs: list[float] | None = None
+    advantages: list[float] = Field(default_factory=list)
+    call_indices: list[int] = Field(default_factory=list)
+    response_spans: list[tuple[int, int, int]] = Field(default_factory=list)
+
+    @property
+    def num_trained_tokens(self) -> int:
+        """How many tokens carry loss."""
+        return sum(self.loss_mask)
