@@ -102,3 +102,26 @@ def _section_model(config: AstunerConfig, section: str) -> Any:
     for part in filter(None, section.split(".")):
         node = getattr(node, part)
     return type(node) if isinstance(node, BaseModel) else None
+
+
+def engine_name(config: AstunerConfig, plugins: Plugins) -> str:
+    """`rollout.engine`, with `auto` meaning: vllm at `rollout.engine_url` if set, else transformers."""
+    name = config.rollout.engine
+    if name != "auto":
+        return name
+    if config.rollout.engine_url:
+        return "vllm"
+    if "transformers" in plugins.registry("engine"):
+        return "transformers"
+    raise PluginError(
+        "rollout.engine is 'auto' but no local engine is installed and rollout.engine_url is not "
+        "set. Install astuner-backbone-torch (engine 'transformers'), point rollout.engine_url "
+        "at a vLLM server, or set rollout.engine to an installed engine "
+        f"({', '.join(sorted(plugins.registry('engine'))) or 'none'})."
+    )
+
+
+def build_engine(config: AstunerConfig, plugins: Plugins) -> Any:
+    """The configured inference engine, built with its settings and the whole config."""
+    reg = plugins.get("engine", engine_name(config, plugins), search_paths=config.search_paths())
+    return reg.build(plugin_settings(config, reg), config)

@@ -51,11 +51,14 @@ class Registration:
     settings: type[BaseModel] | None = None
     summary: str = ""
 
-    def build(self, settings: BaseModel | None = None) -> Any:
-        """Call the factory: with the validated settings block if it declares one."""
+    def build(self, settings: BaseModel | None = None, *args: Any) -> Any:
+        """Call the factory: with the validated settings block if it declares one.
+
+        `args` follow the settings (engines also receive the whole config).
+        """
         if self.settings is None:
-            return self.factory()
-        return self.factory(settings if settings is not None else self.settings())
+            return self.factory(*args)
+        return self.factory(settings if settings is not None else self.settings(), *args)
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""Where a user's agent meets astuner: engines, the model handle, the runner."""

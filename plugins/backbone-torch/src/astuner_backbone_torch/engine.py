@@ -1,0 +1,222 @@
+"""Engine `transformers`: the policy generates in-process, batched across rollouts.
+
+Many rollouts run at once, each awaiting one model call. Their requests
+queue up; a single worker takes every waiting request with the same
+sampling settings, left-pads them into one batch and runs one `generate`
+(KV cache on) in a worker thread, so the event loop keeps serving the other
+rollouts meanwhile. Each request gets back its own tokens, the log-prob of
+each sampled token, and why it stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from astuner.rollout.engine import FinishReason, Generation, SamplingParams
+
+if TYPE_CHECKING:
+    import torch
+
+    from astuner.config import AstunerConfig
+
+
+class TransformersEngineSettings(BaseModel):
+    """`rollout.engines.transformers`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="auto: bfloat16 on GPU, float32 on CPU."
+    )
+    device: str = Field("auto", description="auto: cuda if available, else cpu.")
+    max_batch_size: int = Field(64, ge=1, description="Most requests in one generate call.")
+    batch_wait_ms: float = Field(
+        5.0, ge=0, description="How long to wait for more requests before starting a batch."
+    )
+    num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default all cores.")
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    future: asyncio.Future[Generation] = field(repr=False)
+
+    @property
+    def batch_key(self) -> tuple[Any, ...]:
+        s = self.sampling
+        return (s.temperature, s.top_p, s.top_k, s.seed)
+
+
+class TransformersEngine:
+    """A token engine around a HuggingFace causal LM held in this process."""
+
+    def __init__(self, model: Any, settings: TransformersEngineSettings | None = None) -> None:
+        import torch
+
+        self.settings = settings or TransformersEngineSettings()
+        if self.settings.num_threads:
+            torch.set_num_threads(self.settings.num_threads)
+        self.model = model
+        self.device = next(model.parameters()).device
+        config = model.generation_config
+        eos = config.eos_token_id
+        self.eos_ids: tuple[int, ...] = (
+            tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
+        )
+        pad = config.pad_token_id if config.pad_token_id is not None else model.config.pad_token_id
+        self.pad_id: int = pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0)
+        self._queue: list[_Request] = []
+        self._worker: asyncio.Task[None] | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="astuner-generate")
+        # Training and generation share the weights; the trainer holds this
+        # lock while it changes them so no batch sees a half-updated model.
+        self.weights_lock = threading.Lock()
+        self.batches_run = 0
+        self.tokenizer_path: str | None = None
+
+    @classmethod
+    def from_config(cls, settings: TransformersEngineSettings, config: AstunerConfig) -> TransformersEngine:
+        from transformers import AutoModelForCausalLM
+
+        from astuner_backbone_torch.models import resolve_model_dir
+
+        model = AutoModelForCausalLM.from_pretrained(
+            resolve_model_dir(config.model.path), dtype=_dtype(settings.dtype, _device(settings.device))
+        )
+        model.to(_device(settings.device)).eval()
+        engine = cls(model, settings)
+        engine.tokenizer_path = resolve_model_dir(config.model.path)
+        return engine
+
+    async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
+        if not prompt_ids:
+            raise ValueError("generate() needs at least one prompt token")
+        future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Request(list(prompt_ids), sampling, future))
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._queue:
+            await self._gather_more()
+            key = self._queue[0].batch_key
+            batch = [r for r in self._queue if r.batch_key == key][: self.settings.max_batch_size]
+            taken = {id(r) for r in batch}
+            self._queue = [r for r in self._queue if id(r) not in taken]
+            try:
+                results = await loop.run_in_executor(self._executor, self.generate_batch, batch)
+            except Exception as exc:  # one bad batch fails its requests, not the engine
+                for request in batch:
+                    if not request.future.done():
+                        request.future.set_exception(exc)
+                continue
+            for request, result in zip(batch, results, strict=True):
+                if not request.future.done():
+                    request.future.set_result(result)
+
+    async def _gather_more(self) -> None:
+        """Wait while requests keep arriving, so concurrent rollouts share one batch."""
+        wait = self.settings.batch_wait_ms / 1000
+        if wait <= 0:
+            return
+        seen = -1
+        while len(self._queue) != seen and len(self._queue) < self.settings.max_batch_size:
+            seen = len(self._queue)
+            await asyncio.sleep(wait)
+
+    def generate_batch(self, batch: list[_Request]) -> list[Generation]:
+        """Run one left-padded `generate` for requests that share sampling settings."""
+        import torch
+
+        sampling = batch[0].sampling
+        width = max(len(r.prompt_ids) for r in batch)
+        input_ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, request in enumerate(batch):
+            n = len(request.prompt_ids)
+            input_ids[row, width - n :] = torch.tensor(request.prompt_ids)
+            attention[row, width - n :] = 1
+        stop_ids = sorted({*self.eos_ids, *(i for r in batch for i in r.sampling.stop_token_ids)})
+        temperature = sampling.temperature if not sampling.greedy else 1.0
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": max(r.sampling.max_tokens for r in batch),
+            "do_sample": not sampling.greedy,
+            "eos_token_id": stop_ids or None,
+            "pad_token_id": self.pad_id,
+            "output_logits": True,
+            "return_dict_in_generate": True,
+        }
+        if not sampling.greedy:
+            kwargs.update(temperature=temperature, top_p=sampling.top_p, top_k=max(sampling.top_k, 0))
+        else:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        if sampling.seed is not None:
+            torch.manual_seed(sampling.seed)
+        with self.weights_lock, torch.inference_mode():
+            out = self.model.generate(
+                input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), **kwargs
+            )
+            new_tokens = out.sequences[:, width:]
+            logprobs = _chosen_logprobs(out.logits, new_tokens, temperature)
+        self.batches_run += 1
+        stops = set(stop_ids)
+        return [
+            _cut(new_tokens[row].tolist(), logprobs[row].tolist(), request.sampling, stops)
+            for row, request in enumerate(batch)
+        ]
+
+    async def aclose(self) -> None:
+        self._executor.shutdown(wait=True)
+
+
+def _chosen_logprobs(step_logits: tuple[torch.Tensor, ...], tokens: torch.Tensor, temperature: float) -> Any:
+    """log-softmax(logits / T) of each sampled token, one generation step at a time.
+
+    step_logits: T tensors of [B, V] raw logits; tokens: [B, T]. Returns [B, T].
+    Done per step so the full [B, T, V] tensor is never materialised.
+    """
+    import torch
+
+    columns = [
+        torch.log_softmax(logits.float() / temperature, dim=-1).gather(1, tokens[:, i : i + 1])
+        for i, logits in enumerate(step_logits)
+    ]
+    return torch.cat(columns, dim=1).cpu()
+
+
+def _cut(ids: list[int], logprobs: list[float], sampling: SamplingParams, stops: set[int]) -> Generation:
+    """One row: up to and including its first stop token, at most its own max_tokens."""
+    own_stops = stops if not sampling.stop_token_ids else stops | set(sampling.stop_token_ids)
+    finish: FinishReason = "length"
+    end = min(len(ids), sampling.max_tokens)
+    for i, token in enumerate(ids[:end]):
+        if token in own_stops:
+            end, finish = i + 1, "stop"
+            break
+    return Generation(ids[:end], logprobs[:end], finish)
+
+
+def _device(name: str) -> str:
+    if name != "auto":
+        return name
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _dtype(name: str, device: str) -> Any:
+    import torch
+
+    if name == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    return getattr(torch, name)

@@ -1,0 +1,62 @@
+import asyncio
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+from vllm_stub import END, make_app
+
+from astuner.config import load_config
+from astuner.default_plugins.vllm_engine import VllmEngine, VllmEngineSettings
+from astuner.errors import AstunerError
+from astuner.rollout.engine import SamplingParams
+from astuner.serving import ThreadedServer
+
+
+def test_prompts_go_as_token_ids_and_come_back_with_logprobs() -> None:
+    seen: list[dict] = []
+    with ThreadedServer(make_app(seen)) as server:
+        config = load_config(None, ["rollout.engine_url=" + server.url + "/v1"], environ={})
+        engine = VllmEngine(VllmEngineSettings(), config)
+
+        async def go():
+            try:
+                return await asyncio.gather(
+                    engine.generate([11, 12, 13, 14], SamplingParams(temperature=0.5, max_tokens=10)),
+                    engine.generate([7, 8], SamplingParams(max_tokens=2, stop_token_ids=(99,))),
+                )
+            finally:
+                await engine.aclose()
+
+        full, cut = asyncio.run(go())
+    assert full.token_ids == [14, 13, 12, END] and full.finish_reason == "stop"
+    assert full.logprobs == [-0.5] * 4
+    assert cut.finish_reason == "length" and cut.token_ids == [8, 7]
+    body = next(b for b in seen if b["prompt"] == [11, 12, 13, 14])
+    assert body["return_token_ids"] is True and body["logprobs"] == 1
+    assert body["temperature"] == 0.5 and body["model"] == config.model.path
+    assert any(b["stop_token_ids"] == [99] for b in seen)
+
+
+def test_starts_a_server_when_no_url_and_stops_it_by_pid(tmp_path: Path) -> None:
+    stub = Path(__file__).with_name("vllm_stub.py")
+    settings = VllmEngineSettings(serve_command=shlex.join([sys.executable, str(stub)]), startup_timeout=60)
+    engine = VllmEngine(settings, load_config(None, environ={}))
+    assert engine.server is not None
+    process = engine.server.process
+    assert engine.url.startswith("http://127.0.0.1:")
+
+    async def go():
+        try:
+            return await engine.generate([1, 2, 3], SamplingParams(max_tokens=8))
+        finally:
+            await engine.aclose()
+
+    assert asyncio.run(go()).token_ids == [3, 2, 1, END]
+    assert process.poll() is not None
+
+
+def test_a_server_that_dies_at_start_is_reported() -> None:
+    settings = VllmEngineSettings(serve_command=shlex.join([sys.executable, "-c", "raise SystemExit(3)"]))
+    with pytest.raises(AstunerError, match="exited with code 3 before it was ready"):
+        VllmEngine(settings, load_config(None, environ={}))

@@ -1,0 +1,58 @@
+"""A small server speaking the subset of vLLM's OpenAI API that engine `vllm` uses.
+
+Its "model" answers deterministically: the last three prompt tokens in
+reverse, then token 2 (its end-of-turn), each with log-prob -0.5. Run as a
+script it takes `vllm serve`'s arguments, so tests can point
+`serve_command` at it and exercise the launch-and-stop path.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from fastapi import FastAPI, HTTPException
+
+END = 2
+
+
+def make_app(requests: list[dict[str, Any]] | None = None) -> FastAPI:
+    app = FastAPI()
+    seen = requests if requests is not None else []
+
+    @app.get("/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/v1/completions")
+    def completions(body: dict[str, Any]) -> dict[str, Any]:
+        seen.append(body)
+        prompt = body["prompt"]
+        if not isinstance(prompt, list) or not all(isinstance(t, int) for t in prompt):
+            raise HTTPException(400, "prompt must be a list of token ids here")
+        tokens = [*prompt[-3:][::-1], END]
+        finish = "stop"
+        if len(tokens) > body["max_tokens"]:
+            tokens, finish = tokens[: body["max_tokens"]], "length"
+        choice: dict[str, Any] = {
+            "index": 0,
+            "text": "",
+            "finish_reason": finish,
+            "logprobs": {"token_logprobs": [-0.5] * len(tokens), "tokens": [f"token_id:{t}" for t in tokens]},
+        }
+        if body.get("return_token_ids"):
+            choice["token_ids"] = tokens
+        return {"id": "cmpl-1", "object": "text_completion", "model": body["model"], "choices": [choice]}
+
+    return app
+
+
+if __name__ == "__main__":
+    import uvicorn
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    args, _ = parser.parse_known_args()
+    uvicorn.run(make_app(), host=args.host, port=args.port, log_level="warning")
