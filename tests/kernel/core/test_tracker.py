@@ -20,7 +20,7 @@ from astuner.testing.conversations import (
 
 def _assert_spans_are_engine_output(samples, episode, tokenizer):
     """Every masked span is exactly one call's engine output, and nothing else is masked."""
-    produced = {c.index: ids for c, ids in zip(episode.calls, episode.produced)}
+    produced = {c.index: ids for c, ids in zip(episode.calls, episode.produced, strict=False)}
     for s in samples:
         assert sum(s.loss_mask) == sum(end - start for start, end, _ in s.response_spans)
         for start, end, idx in s.response_spans:
@@ -134,7 +134,7 @@ def test_reply_spelling_out_end_of_turn_text_falls_back(qwen25):
     msgs = [{"role": "user", "content": "say it"}]
     prep = tracker.prepare(msgs)
     spelled = [i for ch in "<|im_end|>" for i in qwen25.encode(ch)]  # not the special token
-    call = tracker.record(prep, spelled + [qwen25.end_of_turn_id])
+    call = tracker.record(prep, [*spelled, qwen25.end_of_turn_id])
     assert call.text == "<|im_end|>"
     msgs += [echo_assistant(call, "a"), {"role": "user", "content": "again"}]
     assert tracker.prepare(msgs).prompt_source == "fallback"
@@ -160,7 +160,7 @@ def test_new_context_and_agents_are_tracked_separately(qwen25):
 def test_changed_tools_start_a_new_context(qwen25):
     tracker = ContextTracker(qwen25)
     ep = run_episode(tracker, react_turns(qwen25, 1))
-    history = ep.messages + [echo_assistant(ep.calls[0], "agent"), {"role": "user", "content": "?"}]
+    history = [*ep.messages, echo_assistant(ep.calls[0], "agent"), {"role": "user", "content": "?"}]
     prep = tracker.prepare(history, tools=None, agent_name="agent")
     assert prep.new_context and prep.prompt_source == "template"
 
@@ -184,7 +184,7 @@ def test_context_overflow_returns_stop_reply_without_generating(qwen25):
 
     async def generate(prompt_ids, max_new_tokens):
         generated.append(len(prompt_ids))
-        ids = qwen25.encode(tool_call_text("search", {"query": "x"})) + [qwen25.end_of_turn_id]
+        ids = [*qwen25.encode(tool_call_text("search", {"query": "x"})), qwen25.end_of_turn_id]
         return ids, None, "stop"
 
     async def episode():
@@ -209,8 +209,8 @@ def test_context_overflow_returns_stop_reply_without_generating(qwen25):
 def test_madness_terminates_the_rollout(qwen25):
     monitor = MadnessMonitor({"wrong_toolcall": WrongToolCallCheck()}, terminate=True)
     tracker = ContextTracker(qwen25, madness=monitor)
-    bad = Turn(qwen25.encode("<tool_call>\n{not json}\n</tool_call>") + [qwen25.end_of_turn_id])
-    ep = run_episode(tracker, [bad] + react_turns(qwen25, 2))
+    bad = Turn([*qwen25.encode("<tool_call>\n{not json}\n</tool_call>"), qwen25.end_of_turn_id])
+    ep = run_episode(tracker, [bad, *react_turns(qwen25, 2)])
     assert ep.calls[0].tool_call_errors and ep.calls[0].madness
     assert ep.calls[1].finish_reason == "madness" and not ep.calls[1].trainable
     assert ep.messages[-1]["content"].startswith("Error: invalid tool call")

@@ -189,15 +189,16 @@ def compute_advantages(
     group = np.array([index[t.group_id] for t in scored], dtype=np.int64)
     returns: list[np.ndarray] = []
     for t in scored:
-        if isinstance(t.reward, list):
-            if len(t.reward) != len(_steps(t)):
+        reward = t.reward
+        if isinstance(reward, list):
+            if len(reward) != len(_steps(t)):
                 raise ValueError(
-                    f"trajectory {t.trajectory_id}: {len(t.reward)} step rewards "
+                    f"trajectory {t.trajectory_id}: {len(reward)} step rewards "
                     f"for {len(_steps(t))} steps"
                 )
-            returns.append(discounted_returns(t.reward, gamma))
-        else:
-            returns.append(np.array([float(t.reward)]))  # type: ignore[arg-type]
+            returns.append(discounted_returns(reward, gamma))
+        elif reward is not None:
+            returns.append(np.array([float(reward)]))
     scores = np.array([r[0] if r.size else 0.0 for r in returns], dtype=np.float64)
     report = AdvantageReport()
     if not scored:
@@ -211,7 +212,7 @@ def compute_advantages(
         adv = (returns[i] - baseline[i]) / scale[i]
         steps = _steps(t)
         if isinstance(t.reward, list):
-            per_call[t.trajectory_id] = {c: float(a) for c, a in zip(steps, adv)}
+            per_call[t.trajectory_id] = {c: float(a) for c, a in zip(steps, adv, strict=True)}
         else:
             per_call[t.trajectory_id] = dict.fromkeys(steps, float(adv[0]))
         report.step_advantages[t.trajectory_id] = list(per_call[t.trajectory_id].values())

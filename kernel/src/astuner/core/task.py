@@ -58,3 +58,23 @@ class JudgeOutput(BaseModel):
     reward: float | list[float]
     is_success: bool = False
     metrics: dict[str, float] = Field(default_factory=dict)
+
+
+class WorkflowTask(BaseModel):
+    """A task as handed to one workflow run, with what that run needs.
+
+    `group_id` names the group of runs on the same task (advantages are
+    computed within it), `rollout_id` this run, `repeat_index` its place in
+    the group. `gym_env` is the environment client when the task comes
+    from an environment service, and `config` the resolved astuner config;
+    both are live objects, left out of the JSON form.
+    """
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    task: Task
+    group_id: str = ""
+    rollout_id: str = ""
+    repeat_index: int = 0
+    gym_env: Any = Field(default=None, exclude=True)
+    config: Any = Field(default=None, exclude=True)

@@ -77,6 +77,7 @@ class ChatTokenizer:
             i for i, tok in added.items() if tok.special
         )
         self.end_of_turn, self.end_of_turn_id = self._find_end_of_turn(vocab)
+        self._suffixes: dict[str, str | None] = {}
         stops = {self.end_of_turn_id}
         if self.eos_token_id is not None:
             stops.add(self.eos_token_id)
@@ -96,6 +97,44 @@ class ChatTokenizer:
         if eos is not None and eos in vocab:
             return str(eos), vocab[eos]
         raise ValueError(f"cannot tell the end-of-turn token from the chat template: {after!r}")
+
+    def generation_suffix(self, **kwargs: Any) -> str | None:
+        """The text `add_generation_prompt` appends, if the template only appends it.
+
+        Checked on probe conversations (with and without tools, ending in each
+        role): when rendering with the generation prompt always equals
+        rendering without it plus one constant string, that string is
+        returned, and the tracker derives a history rendering from a prompt
+        rendering instead of rendering twice. None otherwise.
+        """
+        key = repr(sorted(kwargs.items()))
+        if key not in self._suffixes:
+            self._suffixes[key] = self._probe_generation_suffix(kwargs)
+        return self._suffixes[key]
+
+    def _probe_generation_suffix(self, kwargs: Mapping[str, Any]) -> str | None:
+        call = {"id": "c0", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        convo: list[Message] = [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "u"},
+            {"role": "assistant", "content": "a", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c0", "content": "t"},
+            {"role": "assistant", "content": "b"},
+            {"role": "user", "content": "v"},
+        ]
+        tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+        suffixes = set()
+        for tools in (None, [tool]):
+            for end in range(1, len(convo) + 1):
+                for msgs in (convo[:end], convo[1:end]):
+                    if not msgs:
+                        continue
+                    bare = self.render(msgs, tools, add_generation_prompt=False, **kwargs)
+                    full = self.render(msgs, tools, add_generation_prompt=True, **kwargs)
+                    if not full.startswith(bare):
+                        return None
+                    suffixes.add(full[len(bare) :])
+        return suffixes.pop() if len(suffixes) == 1 else None
 
     def encode(self, text: str) -> list[int]:
         """Token ids of `text`, no special tokens added (special-token text is still parsed)."""

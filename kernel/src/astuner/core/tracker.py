@@ -87,6 +87,7 @@ class PreparedCall:
     stop_reason: str | None = None
     prepare_s: float = 0.0
     prepared_at: float = 0.0
+    rendered: str | None = None  # the template over `messages` with the generation prompt
 
 
 @dataclass
@@ -116,6 +117,7 @@ class ContextTracker:
         self.madness = madness
         self._parse = get_tool_parser(self.settings.tool_parser)
         self._template_kwargs = dict(self.settings.chat_template_kwargs)
+        self._gen_suffix = tokenizer.generation_suffix(**self._template_kwargs)
         self._contexts: dict[str, _Context] = {}
         self._clipped: dict[str, str] = {}
         self.calls: list[LLMCall] = []
@@ -140,17 +142,21 @@ class ContextTracker:
         ctx = self._contexts.get(agent_name)
         continues = ctx is not None and self._continues(ctx, msgs, tool_list)
         ids: list[int] | None = None
+        text: str | None = None
         source: PromptSource = "template"
         if continues and self.settings.mode == "cumulative":
             assert ctx is not None
-            delta = self._delta(ctx, msgs, tool_list)
+            text = self._render(msgs, tool_list, True)
+            delta = self._delta(ctx, msgs, text)
             if delta is None:
                 source = "fallback"
             else:
                 ids, source = ctx.ids + delta, "cumulative"
         if ids is None:
-            ids = self.tokenizer.encode(self._render(msgs, tool_list, True))
+            text = text or self._render(msgs, tool_list, True)
+            ids = self.tokenizer.encode(text)
         prep = self._prepared(agent_name, msgs, tool_list, ids, source, t0, None)
+        prep.rendered = text
         if continues and source != "cumulative":
             assert ctx is not None
             n = len(ctx.ids)
@@ -205,20 +211,18 @@ class ContextTracker:
             and msgs[:k] == ctx.messages
         )
 
-    def _delta(
-        self, ctx: _Context, msgs: list[Message], tools: list[dict[str, Any]] | None
-    ) -> list[int] | None:
+    def _delta(self, ctx: _Context, msgs: list[Message], text: str) -> list[int] | None:
         """Tokens the template writes after the assistant turn, or None if they
         cannot be cut cleanly (the history renders differently once the new
-        messages are appended)."""
+        messages are appended). `text` is the template over `msgs` with the
+        generation prompt."""
         eot = self.tokenizer.end_of_turn
         # The turn is cut at the first end-of-turn text after the history; a reply
         # that spells that text out itself would be cut short, so re-render instead.
         if eot in repr(msgs[len(ctx.messages)]):
             return None
         if ctx.history_text is None:
-            ctx.history_text = self._render(ctx.messages, tools, False)
-        text = self._render(msgs, tools, True)
+            ctx.history_text = self._render(ctx.messages, ctx.tools, False)
         if not text.startswith(ctx.history_text):
             return None
         rest = text[len(ctx.history_text) :]
@@ -305,7 +309,11 @@ class ContextTracker:
             call.response_ids, call.response_logprobs = ids, logprobs
             call.finish_reason = finish_reason
             self._contexts[prepared.agent_name] = _Context(
-                prepared.messages, prepared.tools, prepared.prompt_ids + ids, closed
+                prepared.messages,
+                prepared.tools,
+                prepared.prompt_ids + ids,
+                closed,
+                self._history_text(prepared.rendered),
             )
             if self.madness is not None:
                 call.madness = self.madness.observe(call)
@@ -318,6 +326,15 @@ class ContextTracker:
         }
         self.calls.append(call)
         return call
+
+    def _history_text(self, rendered: str | None) -> str | None:
+        """The template over a call's messages without the generation prompt, cut
+        from the rendering with it when the template only appends that prompt;
+        None leaves it to be rendered when the next call needs it."""
+        suffix = self._gen_suffix
+        if rendered is None or suffix is None or not rendered.endswith(suffix):
+            return None
+        return rendered[: len(rendered) - len(suffix)]
 
     def _count_source(self, prepared: PreparedCall) -> None:
         st = self.stats

@@ -33,10 +33,32 @@ SEARCH_TOOL: dict[str, Any] = {
 }
 
 _TOPICS = ["weather in Paris", "python list sort", "the sum of 6 and 7", "population of Lyon"]
-_FILLER = (
-    "the result shows that value number list name query temperature city file code "
-    "print error return answer search json output check step first then"
-).split()
+_FILLER = [
+    "the",
+    "result",
+    "shows",
+    "that",
+    "value",
+    "number",
+    "list",
+    "name",
+    "query",
+    "temperature",
+    "city",
+    "file",
+    "code",
+    "print",
+    "error",
+    "return",
+    "answer",
+    "search",
+    "json",
+    "output",
+    "check",
+    "step",
+    "first",
+    "then",
+]
 
 
 @dataclass
@@ -108,7 +130,7 @@ def react_turns(
             output = filler_text(tokenizer, tool_output_tokens, seed=seed * 1000 + i)
         else:
             text, output = prefix + "The answer is 42.", None
-        turns.append(Turn(tokenizer.encode(text) + [tokenizer.end_of_turn_id], output))
+        turns.append(Turn([*tokenizer.encode(text), tokenizer.end_of_turn_id], output))
     return turns
 
 
@@ -144,18 +166,24 @@ def run_episode(
     reply without tool calls or when the turns run out. Pass `history` to
     continue an earlier conversation instead of starting a new one.
     """
-    messages = history if history is not None else [
-        {"role": "system", "name": "system", "content": [{"type": "text", "text": system}]},
-        {"role": "user", "name": "user", "content": [{"type": "text", "text": user}]},
-    ]
+    messages = (
+        history
+        if history is not None
+        else [
+            {"role": "system", "name": "system", "content": [{"type": "text", "text": system}]},
+            {"role": "user", "name": "user", "content": [{"type": "text", "text": user}]},
+        ]
+    )
     ep = Episode(messages=messages)
     offset = 0
     for turn in turns:
         prep = tracker.prepare(messages, list(tools) if tools else None, agent_name)
         lps = fake_logprobs(len(turn.ids), offset)
         offset += len(turn.ids)
-        call = tracker.record(prep, turn.ids, lps, turn.finish) if prep.stop_reason is None else (
-            tracker.record(prep)
+        call = (
+            tracker.record(prep, turn.ids, lps, turn.finish)
+            if prep.stop_reason is None
+            else (tracker.record(prep))
         )
         ep.calls.append(call)
         ep.produced.append(list(turn.ids) if prep.stop_reason is None else [])
