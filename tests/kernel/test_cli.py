@@ -118,7 +118,7 @@ def test_data_preview_arith_and_jsonl(plugins: Plugins, write_config, workdir: P
     [
         ({"rollout": {"temprature": 1}}, [], "Did you mean 'rollout.temperature'?"),
         ({"rollout": {"temperature": "hot"}}, [], "Invalid value for 'rollout.temperature'"),
-        ({}, ["--backbone", "nope"], "No backbone named 'nope'. Installed: recorder."),
+        ({}, ["--backbone", "nope"], "No backbone named 'nope'. Installed: debug, recorder."),
         ({"task_judge": {"judge_protocol": "exakt"}}, ["--backbone", "recorder"], "Did you mean 'exact'?"),
         (
             {"task_judge": {"judge_protocol": "missing_mod->Judge"}},

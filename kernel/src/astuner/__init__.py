@@ -4,7 +4,9 @@ Bring a workflow (your agent), a judge (turns an outcome into a reward) and
 a task set; astuner runs, records, scores and trains.
 """
 
-from astuner.core.task import JudgeOutput, Task, WorkflowOutput
+from astuner.core.task import JudgeOutput, Task, WorkflowOutput, WorkflowTask
 from astuner.hookspecs import hookimpl
+from astuner.rollout.model_tuner import ModelTuner
+from astuner.rollout.workflow import Workflow
 
-__all__ = ["JudgeOutput", "Task", "WorkflowOutput", "hookimpl"]
+__all__ = ["JudgeOutput", "ModelTuner", "Task", "Workflow", "WorkflowOutput", "WorkflowTask", "hookimpl"]

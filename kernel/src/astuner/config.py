@@ -167,13 +167,16 @@ class ContextTrackerConfig(Section):
     mode: Literal["cumulative", "template"] = "cumulative"
     context_tracker_type: str = Field("linear", description="Seeds' key; kept for compatibility.")
     max_env_len: int = Field(4096, ge=1, description="Tool/environment outputs are clipped here.")
+    tool_parser: str = Field("hermes", description="How tool calls are read from generated text.")
     alien_llm_model: str | None = None
     alien_llm_response_length: int = Field(512, ge=1)
 
 
 class DebugConfig(Section):
-    debug_max_parallel: int = Field(4, ge=1)
+    debug_max_parallel: int = Field(4, ge=1, description="Rollouts at once; 1 = all in the main thread.")
     debug_first_n_tasks: int = Field(2, ge=1)
+    split: Literal["train", "validation"] = Field("validation", description="Which split to run.")
+    num_repeat: int = Field(1, ge=1, description="Runs per task in a debug run.")
     debug_vllm_port: int = 18000
     debug_vllm_seed: int = 12345
     debug_tensor_parallel_size: int = Field(1, ge=1)

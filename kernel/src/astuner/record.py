@@ -6,6 +6,7 @@ backbones write: `rollouts/`, `metrics.jsonl`, `checkpoints/`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from astuner.config import AstunerConfig
+from astuner.core.trajectory import Trajectory
 
 
 @dataclass(frozen=True)
@@ -57,3 +59,21 @@ class ExperimentDir:
             yaml.safe_dump(config.to_yaml_dict(), sort_keys=False), encoding="utf-8"
         )
         return experiment
+
+
+def append_trajectories(path: Path, trajectories: Iterable[Trajectory]) -> int:
+    """Append trajectories as JSON lines, flushed, and return how many were written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with path.open("a", encoding="utf-8") as out:
+        for trajectory in trajectories:
+            out.write(trajectory.model_dump_json() + "\n")
+            count += 1
+        out.flush()
+    return count
+
+
+def read_trajectories(path: Path) -> list[Trajectory]:
+    """Every trajectory of a rollout file."""
+    with path.open(encoding="utf-8") as lines:
+        return [Trajectory.model_validate_json(line) for line in lines if line.strip()]

@@ -1,0 +1,70 @@
+"""Backbone `debug`: run the workflow on the first few tasks, no training, no Ray.
+
+Rollouts run in the main thread's event loop, so with
+`debug.debug_max_parallel: 1` a breakpoint in workflow code stops exactly
+there under `python -m debugpy` or an IDE. Every trajectory is written to
+`rollouts/debug.jsonl` in the experiment folder, and a table summarises them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from rich.console import Console
+from rich.table import Table
+
+from astuner.components import build_reader
+from astuner.core.trajectory import Trajectory
+from astuner.errors import AstunerError
+from astuner.hookspecs import Register, hookimpl
+from astuner.logs import get_logger
+from astuner.protocols import RunContext
+from astuner.record import append_trajectories
+from astuner.rollout.stack import rollout_stack, sampling_from_config
+
+
+class DebugBackbone:
+    def run(self, ctx: RunContext) -> None:
+        asyncio.run(self.run_async(ctx))
+
+    async def run_async(self, ctx: RunContext) -> list[Trajectory]:
+        config, debug = ctx.config, ctx.config.debug
+        reader = build_reader(config, ctx.plugins)
+        tasks = list(itertools.islice(reader.read(debug.split), debug.debug_first_n_tasks))
+        if not tasks:
+            raise AstunerError(f"The {debug.split} split of reader '{config.task_reader.type}' is empty.")
+        async with rollout_stack(config, ctx.plugins, max_parallel=debug.debug_max_parallel) as runner:
+            trajectories = await runner.run(
+                tasks, sampling_from_config(config), debug.num_repeat, tag="debug"
+            )
+        path = ctx.experiment.rollouts / "debug.jsonl"
+        append_trajectories(path, trajectories)
+        Console(width=160).print(summary_table(trajectories))
+        get_logger().info("debug rollouts written", path=str(path), trajectories=len(trajectories))
+        return trajectories
+
+
+def summary_table(trajectories: list[Trajectory]) -> Table:
+    table = Table("task", "rollout", "reward", "success", "turns", "tokens", title="debug rollouts")
+    table.add_column("error", overflow="ellipsis", no_wrap=True, max_width=70)
+    for t in trajectories:
+        reward = (
+            "-" if t.reward is None else (f"{t.reward:.3f}" if isinstance(t.reward, float) else str(t.reward))
+        )
+        error = t.error.strip().splitlines()[-1][:80] if t.error else ""
+        table.add_row(
+            t.task_id,
+            t.trajectory_id,
+            reward,
+            "-" if t.is_success is None else str(t.is_success),
+            str(len(t.calls)),
+            str(sum(len(c.response_ids) for c in t.calls)),
+            error,
+        )
+    return table
+
+
+@hookimpl
+def register_backbones(register: Register) -> None:
+    register("debug", DebugBackbone, summary="Rollouts on the first tasks; no training, no Ray.")

@@ -1,0 +1,82 @@
+"""ModelTuner as an AgentScope (1.x) chat model: `ReActAgent(model=model_tuner, ...)`.
+
+AgentScope is imported only here, and only when a workflow has imported it
+already (the runner checks), so the kernel and non-AgentScope workflows
+never pay its import time.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from functools import cache
+from typing import Any
+
+from astuner.core.trajectory import LLMCall
+from astuner.rollout.gateway import openai_tool_calls
+from astuner.rollout.model_tuner import ModelTuner
+
+
+def to_chat_response(call: LLMCall, started: float) -> Any:
+    """An AgentScope `ChatResponse`: thinking, text and tool-use blocks, plus usage."""
+    from agentscope.message import TextBlock, ThinkingBlock, ToolUseBlock
+    from agentscope.model import ChatResponse
+    from agentscope.model._model_usage import ChatUsage
+
+    blocks: list[Any] = []
+    if call.reasoning:
+        blocks.append(ThinkingBlock(type="thinking", thinking=call.reasoning))
+    if call.content:
+        blocks.append(TextBlock(type="text", text=call.content))
+    for tc in openai_tool_calls(call):
+        raw = tc["function"]["arguments"]
+        try:
+            arguments = json.loads(raw)
+        except json.JSONDecodeError:
+            arguments = {}
+        blocks.append(
+            ToolUseBlock(
+                type="tool_use",
+                id=tc["id"],
+                name=tc["function"]["name"],
+                input=arguments if isinstance(arguments, dict) else {},
+                raw_input=raw,
+            )
+        )
+    if not blocks:
+        blocks.append(TextBlock(type="text", text=""))
+    usage = ChatUsage(
+        input_tokens=len(call.prompt_ids),
+        output_tokens=len(call.response_ids),
+        time=time.perf_counter() - started,
+    )
+    return ChatResponse(content=blocks, usage=usage)
+
+
+@cache
+def agentscope_model_tuner_class() -> type[ModelTuner]:
+    """A `ModelTuner` subclass that is also an AgentScope `ChatModelBase`."""
+    from agentscope.model import ChatModelBase
+
+    class AgentScopeModelTuner(ModelTuner, ChatModelBase):
+        """`await model_tuner(messages, tools=..., tool_choice=...)` as AgentScope calls it."""
+
+        def __init__(self, **kwargs: Any) -> None:
+            ModelTuner.__init__(self, **kwargs)
+            ChatModelBase.__init__(self, model_name="astuner", stream=False)
+
+        async def __call__(
+            self,
+            messages: list[dict[str, Any]],
+            tools: list[dict[str, Any]] | None = None,
+            tool_choice: str | None = None,
+            structured_model: Any = None,
+            **kwargs: Any,
+        ) -> Any:
+            started = time.perf_counter()
+            if tool_choice is not None:
+                self._validate_tool_choice(tool_choice, tools)
+            call = await self.chat(messages, None if tool_choice == "none" else tools)
+            return to_chat_response(call, started)
+
+    return AgentScopeModelTuner

@@ -1,0 +1,83 @@
+"""The judge forms, all turned into `async judge(task, output) -> JudgeOutput`.
+
+- a registered judge (`task_judge.judge_protocol: exact`): already that shape;
+- a judge class or object from an import string: `judge(task, output)`
+  (sync or async), or the seeds' `compute_reward(workflow_task, workflow_output)`
+  returning `(reward, is_success)`;
+- a plain `async def judge(task, response, auxiliary_models=None)` (the
+  AgentScope Tuner form), where `task` is the row dict and `response` the
+  workflow's `response`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any
+
+from astuner.components import build_judge
+from astuner.core.task import JudgeOutput, Task, WorkflowOutput
+from astuner.errors import AstunerError, ConfigError
+from astuner.plugins import is_import_string
+from astuner.rollout.workflow import check_function_signature, task_as_dict
+
+if TYPE_CHECKING:
+    from astuner.config import AstunerConfig
+    from astuner.plugins import Plugins
+    from astuner.protocols import Judge
+
+
+def as_judge_output(value: Any, where: str) -> JudgeOutput:
+    """Accept a `JudgeOutput`, a dict of its fields, a `(reward, is_success)` pair or a float."""
+    if isinstance(value, JudgeOutput):
+        return value
+    if isinstance(value, dict):
+        return JudgeOutput(**value)
+    if isinstance(value, tuple) and len(value) == 2:
+        return JudgeOutput(reward=value[0], is_success=bool(value[1]))
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return JudgeOutput(reward=float(value), is_success=value > 0)
+    raise AstunerError(f"The judge {where} returned {type(value).__name__}; return a JudgeOutput.")
+
+
+class AdaptedJudge:
+    """Any accepted judge form behind the `Judge` protocol."""
+
+    def __init__(self, obj: Any, where: str, auxiliary_models: dict[str, Any] | None = None) -> None:
+        self.where = where
+        self.auxiliary_models = auxiliary_models or {}
+        self._method = getattr(obj, "judge", None) or getattr(obj, "compute_reward", None)
+        self._function = None
+        if self._method is None or inspect.isfunction(obj):
+            if not callable(obj):
+                raise ConfigError(f"The judge {where} has no judge()/compute_reward() and is not callable.")
+            check_function_signature(obj, ("task", "response"), ("auxiliary_models",), "judge")
+            self._function, self._method = obj, None
+
+    async def judge(self, task: Task, output: WorkflowOutput) -> JudgeOutput:
+        if self._function is not None:
+            kwargs: dict[str, Any] = {"task": task_as_dict(task), "response": output.response}
+            if "auxiliary_models" in inspect.signature(self._function).parameters:
+                kwargs["auxiliary_models"] = self.auxiliary_models
+            value = await self._function(**kwargs)
+        else:
+            assert self._method is not None
+            value = self._method(task, output)
+            if inspect.isawaitable(value):
+                value = await value
+        return as_judge_output(value, self.where)
+
+
+def load_judge(
+    config: AstunerConfig, plugins: Plugins, auxiliary_models: dict[str, Any] | None = None
+) -> Judge:
+    """The judge `task_judge.judge_protocol` names, in any accepted form."""
+    name = config.task_judge.judge_protocol
+    if not is_import_string(name):
+        return build_judge(config, plugins)
+    obj = plugins.get("judge", name, search_paths=config.search_paths()).factory
+    if inspect.isclass(obj):
+        try:
+            obj = obj()
+        except TypeError:
+            obj = obj(config)
+    return AdaptedJudge(obj, f"'{name}'", auxiliary_models)

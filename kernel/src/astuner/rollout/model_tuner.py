@@ -1,0 +1,174 @@
+"""`ModelTuner`: the trainable model handle a workflow receives, bound to one rollout.
+
+Every way an agent can talk to the model ends in `ModelTuner.chat()`:
+AgentScope agents call it as a chat model (`astuner.rollout.agentscope_model`),
+OpenAI-SDK agents through the gateway at `openai_base_url`, and workflow
+code may call it directly. `chat()` asks the context tracker for the exact
+prompt ids, has the engine generate, records the call, and returns it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from astuner.core.chat import normalize_messages
+from astuner.core.trajectory import LLMCall, ToolCall, Trajectory
+from astuner.errors import AstunerError
+from astuner.rollout.engine import ChatEngine, SamplingParams
+
+if TYPE_CHECKING:
+    from astuner.core.tracker import ContextTracker
+
+
+class ModelTuner:
+    """The model as one rollout sees it.
+
+    `chat(messages, tools)` is the one entry point; `openai_base_url` and
+    `openai_client()` expose it over HTTP; `gym_step()` drives the task's
+    environment; `for_agent(name)` gives the same handle under another
+    agent name (multi-agent workflows); `auxiliary_models` holds named
+    models that are used but never trained.
+    """
+
+    def __init__(
+        self,
+        *,
+        rollout_id: str,
+        engine: Any,
+        sampling: SamplingParams,
+        tracker: ContextTracker | None = None,
+        gateway_url: str | None = None,
+        gym_env: Any = None,
+        auxiliary_models: Mapping[str, Any] | None = None,
+        trainable_targets: Sequence[str] | None = None,
+        agent_name: str = "default",
+    ) -> None:
+        if tracker is None and not isinstance(engine, ChatEngine):
+            raise ValueError("a token engine needs a context tracker")
+        self.rollout_id = rollout_id
+        self.engine = engine
+        self.sampling = sampling
+        self.tracker = tracker
+        self.gateway_url = gateway_url
+        self.gym_env = gym_env
+        self.auxiliary_models: dict[str, Any] = dict(auxiliary_models or {})
+        self.trainable_targets = list(trainable_targets or [])
+        self.agent_name = agent_name
+        self.step_rewards: list[float] = []
+        self._text_calls: list[LLMCall] = []
+
+    # ----------------------------------------------------------------- calls
+
+    async def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        agent_name: str | None = None,
+        **sampling: Any,
+    ) -> LLMCall:
+        """One model call with OpenAI-style messages and tools; returns the recorded call.
+
+        `sampling` overrides this rollout's sampling settings for this call
+        (`temperature`, `top_p`, `top_k`, `max_tokens`, `seed`).
+        """
+        name = agent_name or self.agent_name
+        params = replace(self.sampling, **sampling) if sampling else self.sampling
+        if self.tracker is None:
+            return await self._text_only_call(messages, tools, name, params)
+
+        async def generate(prompt_ids: list[int], max_new_tokens: int) -> Any:
+            budget = replace(params, max_tokens=min(params.max_tokens, max_new_tokens))
+            return await self.engine.generate(prompt_ids, budget)
+
+        call = await self.tracker.call(messages, tools, name, generate)
+        if self.trainable_targets and name not in self.trainable_targets:
+            call.trainable = False
+        return call
+
+    async def _text_only_call(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        name: str,
+        params: SamplingParams,
+    ) -> LLMCall:
+        normalized = normalize_messages(messages)
+        reply = await self.engine.chat(normalized, tools, params)
+        call = LLMCall(
+            index=len(self._text_calls),
+            agent_name=name,
+            messages=normalized,
+            tools=[dict(t) for t in tools] if tools else None,
+            finish_reason=reply.finish_reason,
+            text=reply.content,
+            content=reply.content,
+            tool_calls=[
+                ToolCall(
+                    id=tc.get("id") or f"call_{i}",
+                    name=tc["function"]["name"],
+                    arguments=tc["function"].get("arguments") or "{}",
+                )
+                for i, tc in enumerate(reply.tool_calls)
+            ],
+            trainable=False,
+        )
+        self._text_calls.append(call)
+        return call
+
+    @property
+    def calls(self) -> list[LLMCall]:
+        """Every call of this rollout so far, in order."""
+        return self.tracker.calls if self.tracker is not None else self._text_calls
+
+    @property
+    def context_overflow(self) -> bool:
+        """True once a prompt plus the response budget no longer fits `max_model_len`."""
+        return self.tracker is not None and self.tracker.context_overflow
+
+    def for_agent(self, agent_name: str) -> ModelTuner:
+        """This handle under another agent name; calls share the rollout's record."""
+        view = copy.copy(self)
+        view.agent_name = agent_name
+        return view
+
+    def trajectory(self, **fields: Any) -> Trajectory:
+        """The rollout's record so far."""
+        if self.tracker is not None:
+            return self.tracker.trajectory(self.rollout_id, **fields)
+        return Trajectory(trajectory_id=self.rollout_id, calls=list(self._text_calls), **fields)
+
+    # ----------------------------------------------------------- environment
+
+    def gym_step(self, action: Any) -> tuple[Any, float, bool, dict[str, Any]]:
+        """Send an action to the task's environment: `(observation, reward, terminated, info)`."""
+        if self.gym_env is None:
+            raise AstunerError(
+                "gym_step() needs an environment: this task was not read from an environment "
+                "service (task_reader.type: env_service)."
+            )
+        obs, reward, terminated, info = self.gym_env.step(action)
+        self.step_rewards.append(float(reward))
+        return obs, reward, terminated, info
+
+    # ---------------------------------------------------------------- OpenAI
+
+    @property
+    def openai_base_url(self) -> str:
+        """An OpenAI-compatible base URL routed into this rollout's record."""
+        if self.gateway_url is None:
+            raise AstunerError("This model handle has no gateway; the runner starts one per run.")
+        return f"{self.gateway_url}/rollout/{self.rollout_id}/{self.agent_name}/v1"
+
+    def openai_client(self, **kwargs: Any) -> Any:
+        """An `openai.AsyncOpenAI` client bound to this rollout (needs `astuner[openai]`)."""
+        try:
+            from openai import AsyncOpenAI
+        except ImportError as exc:
+            raise AstunerError(
+                "openai_client() needs the openai package: pip install 'astuner[openai]'."
+            ) from exc
+        return AsyncOpenAI(base_url=self.openai_base_url, api_key="astuner", **kwargs)

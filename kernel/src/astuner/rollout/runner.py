@@ -1,0 +1,228 @@
+"""The rollout runner: many workflow runs at once, each recorded, judged and checked.
+
+`num_repeat` runs of one task form a group (advantages are computed within
+it). At most `max_env_worker` runs are in flight. A run that raises or
+exceeds `rollout_timeout` is recorded with its traceback and excluded from
+training; it never stops the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from astuner.core.madness import MadnessCheck, MadnessMonitor, apply_madness_reward
+from astuner.core.task import Task, WorkflowTask
+from astuner.core.tokenizer import ChatTokenizer
+from astuner.core.tracker import ContextTracker, TrackerSettings
+from astuner.core.trajectory import Trajectory
+from astuner.protocols import Judge
+from astuner.rollout.engine import SamplingParams
+from astuner.rollout.gateway import Gateway
+from astuner.rollout.model_tuner import ModelTuner
+from astuner.rollout.workflow import LoadedWorkflow
+
+
+@dataclass
+class RunnerSettings:
+    """The runner's knobs, as plain values."""
+
+    max_env_worker: int = 32
+    rollout_timeout: float = 1800.0
+    agent_madness_reward: float = -1.0
+    agent_madness_termination: bool = True
+    tracker: TrackerSettings = field(default_factory=TrackerSettings)
+
+
+class RolloutRunner:
+    """Runs a workflow over tasks through one engine and returns the trajectories."""
+
+    def __init__(
+        self,
+        *,
+        workflow: LoadedWorkflow,
+        judge: Judge,
+        engine: Any,
+        tokenizer: ChatTokenizer | None,
+        settings: RunnerSettings | None = None,
+        madness_checks: Mapping[str, MadnessCheck] | None = None,
+        gateway: Gateway | None = None,
+        auxiliary_models: Mapping[str, Any] | None = None,
+        config: Any = None,
+        gym_env_factory: Callable[[Task], Any] | None = None,
+    ) -> None:
+        self.workflow = workflow
+        self.judge = judge
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.settings = settings or RunnerSettings()
+        self.madness_checks = dict(madness_checks or {})
+        self.gateway = gateway
+        self.auxiliary_models = dict(auxiliary_models or {})
+        self.config = config
+        self.gym_env_factory = gym_env_factory
+
+    async def run(
+        self,
+        tasks: Sequence[Task],
+        sampling: SamplingParams,
+        num_repeat: int = 1,
+        *,
+        tag: str = "rollout",
+        progress: bool = True,
+    ) -> list[Trajectory]:
+        """Run every task `num_repeat` times; trajectories come back grouped, in task order."""
+        limit = asyncio.Semaphore(self.settings.max_env_worker)
+        total = len(tasks) * num_repeat
+        tracker = _ProgressTracker(total, tag, enabled=progress)
+        jobs = [
+            self._run_one(task, f"{tag}-{i}", repeat, sampling, limit, tracker)
+            for i, task in enumerate(tasks)
+            for repeat in range(num_repeat)
+        ]
+        with tracker:
+            return list(await asyncio.gather(*jobs))
+
+    async def _run_one(
+        self,
+        task: Task,
+        group_id: str,
+        repeat: int,
+        sampling: SamplingParams,
+        limit: asyncio.Semaphore,
+        progress: _ProgressTracker,
+    ) -> Trajectory:
+        async with limit:
+            trajectory = await self.run_one(task, group_id, repeat, sampling)
+        progress.advance(trajectory)
+        return trajectory
+
+    def make_tuner(self, rollout_id: str, sampling: SamplingParams, gym_env: Any = None) -> ModelTuner:
+        """A fresh model handle for one run (an AgentScope chat model if the workflow uses AgentScope)."""
+        tracker = None
+        if self.tokenizer is not None:
+            monitor = MadnessMonitor(self.madness_checks, terminate=self.settings.agent_madness_termination)
+            tracker = ContextTracker(self.tokenizer, self.settings.tracker, madness=monitor)
+        cls: type[ModelTuner] = ModelTuner
+        if "agentscope" in sys.modules:
+            from astuner.rollout.agentscope_model import agentscope_model_tuner_class
+
+            cls = agentscope_model_tuner_class()
+        return cls(
+            rollout_id=rollout_id,
+            engine=self.engine,
+            sampling=sampling,
+            tracker=tracker,
+            gateway_url=self.gateway.url if self.gateway is not None else None,
+            gym_env=gym_env,
+            auxiliary_models=self.auxiliary_models,
+            trainable_targets=self.workflow.trainable_targets,
+        )
+
+    async def run_one(self, task: Task, group_id: str, repeat: int, sampling: SamplingParams) -> Trajectory:
+        """One workflow run: execute, judge, check; errors are recorded, never raised."""
+        rollout_id = f"{group_id}-{repeat}-{uuid.uuid4().hex[:8]}"
+        started = time.perf_counter()
+        gym_env = self.gym_env_factory(task) if self.gym_env_factory is not None else None
+        tuner = self.make_tuner(rollout_id, sampling, gym_env)
+        if self.gateway is not None:
+            self.gateway.register(tuner)
+        workflow_task = WorkflowTask(
+            task=task,
+            group_id=group_id,
+            rollout_id=rollout_id,
+            repeat_index=repeat,
+            gym_env=gym_env,
+            config=self.config,
+        )
+        error: str | None = None
+        output = None
+        try:
+            output = await asyncio.wait_for(
+                self.workflow.run(workflow_task, tuner), self.settings.rollout_timeout
+            )
+        except asyncio.TimeoutError:
+            error = (
+                f"Timeout: the rollout ran longer than {self.settings.rollout_timeout:g} s "
+                "(rollout.rollout_timeout) and was cancelled."
+            )
+        except Exception:
+            error = traceback.format_exc()
+        finally:
+            if self.gateway is not None:
+                self.gateway.unregister(rollout_id)
+            close = getattr(gym_env, "close", None)
+            if callable(close):
+                close()
+        workflow_s = time.perf_counter() - started
+        trajectory = tuner.trajectory(task_id=task.task_id, group_id=group_id)
+        trajectory.metadata["task"] = task.model_dump(mode="json")
+        if tuner.step_rewards:
+            trajectory.metadata["step_rewards"] = list(tuner.step_rewards)
+        if output is not None and error is None:
+            trajectory.metadata["workflow_output"] = output.model_dump(mode="json")
+            try:
+                verdict = await self.judge.judge(task, output)
+            except Exception:
+                error = "The judge raised:\n" + traceback.format_exc()
+            else:
+                trajectory.reward, trajectory.is_success = verdict.reward, verdict.is_success
+                trajectory.metrics.update(output.metrics)
+                trajectory.metrics.update(verdict.metrics)
+                if trajectory.madness:
+                    trajectory = apply_madness_reward(trajectory, self.settings.agent_madness_reward)
+        trajectory.error = error
+        trajectory.timings = {"workflow_s": workflow_s, "total_s": time.perf_counter() - started}
+        return trajectory
+
+
+class _ProgressTracker:
+    """A rich progress bar: runs done, mean reward, generated tokens per second."""
+
+    def __init__(self, total: int, tag: str, enabled: bool) -> None:
+        self.enabled = enabled and total > 0
+        self.started = time.perf_counter()
+        self.rewards: list[float] = []
+        self.tokens = 0
+        self.errors = 0
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn(
+                "reward {task.fields[reward]}  {task.fields[tps]} tok/s  errors {task.fields[errors]}"
+            ),
+            TimeElapsedColumn(),
+            transient=False,
+            disable=not self.enabled,
+        )
+        self._task = self._progress.add_task(tag, total=total, reward="-", tps="-", errors=0)
+
+    def __enter__(self) -> _ProgressTracker:
+        self._progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.__exit__(None, None, None)
+
+    def advance(self, trajectory: Trajectory) -> None:
+        self.tokens += sum(len(c.response_ids) for c in trajectory.calls)
+        if trajectory.error:
+            self.errors += 1
+        elif isinstance(trajectory.reward, (int, float)):
+            self.rewards.append(float(trajectory.reward))
+        elif isinstance(trajectory.reward, list) and trajectory.reward:
+            self.rewards.append(float(sum(trajectory.reward)))
+        elapsed = max(time.perf_counter() - self.started, 1e-9)
+        mean = f"{sum(self.rewards) / len(self.rewards):.3f}" if self.rewards else "-"
+        self._progress.update(
+            self._task, advance=1, reward=mean, tps=f"{self.tokens / elapsed:.0f}", errors=self.errors
+        )

@@ -1,0 +1,98 @@
+"""Build the whole rollout side from a config: engine, tokenizer, workflow, judge, checks, gateway.
+
+Backbones use `rollout_stack(config, plugins)`; the `torch` backbone passes
+its own engine (the policy being trained) instead of building one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from astuner.components import build_engine, plugin_settings
+from astuner.config import AstunerConfig
+from astuner.core.madness import MadnessCheck
+from astuner.core.tokenizer import load_tokenizer
+from astuner.core.tracker import TrackerSettings
+from astuner.plugins import Plugins
+from astuner.rollout.engine import SamplingParams, TokenEngine
+from astuner.rollout.gateway import Gateway
+from astuner.rollout.judging import load_judge
+from astuner.rollout.runner import RolloutRunner, RunnerSettings
+from astuner.rollout.workflow import load_workflow
+
+
+def sampling_from_config(config: AstunerConfig, validation: bool = False) -> SamplingParams:
+    """Training-time sampling, or the greedy-by-default `val_kwargs` for validation."""
+    r = config.rollout
+    if validation:
+        v = r.val_kwargs
+        temperature = v.temperature if v.do_sample else 0.0
+        return SamplingParams(temperature, v.top_p, v.top_k, r.max_response_length_in_one_turn)
+    return SamplingParams(r.temperature, r.top_p, r.top_k, r.max_response_length_in_one_turn)
+
+
+def runner_settings_from_config(config: AstunerConfig, max_parallel: int | None = None) -> RunnerSettings:
+    r, ct = config.rollout, config.context_tracker
+    return RunnerSettings(
+        max_env_worker=max_parallel or r.max_env_worker,
+        rollout_timeout=r.rollout_timeout,
+        agent_madness_reward=r.agent_madness_reward,
+        agent_madness_termination=r.agent_madness_termination,
+        tracker=TrackerSettings(
+            mode=ct.mode,
+            max_model_len=r.max_model_len,
+            max_response_length_in_one_turn=r.max_response_length_in_one_turn,
+            max_env_len=ct.max_env_len,
+            tool_parser=ct.tool_parser,
+        ),
+    )
+
+
+def build_madness_checks(config: AstunerConfig, plugins: Plugins) -> dict[str, MadnessCheck]:
+    checks = {}
+    for name in config.rollout.compute_madness_checklist:
+        reg = plugins.get("madness_check", name, search_paths=config.search_paths())
+        checks[name] = reg.build(plugin_settings(config, reg))
+    return checks
+
+
+@asynccontextmanager
+async def rollout_stack(
+    config: AstunerConfig,
+    plugins: Plugins,
+    *,
+    engine: Any = None,
+    max_parallel: int | None = None,
+    auxiliary_models: dict[str, Any] | None = None,
+) -> AsyncIterator[RolloutRunner]:
+    """A ready `RolloutRunner`; the gateway (and an engine built here) stop on exit."""
+    # The workflow loads first: a typo in it should fail before a model loads.
+    workflow = load_workflow(config, plugins)
+    judge = load_judge(config, plugins, auxiliary_models)
+    checks = build_madness_checks(config, plugins)
+    own_engine = engine is None
+    if own_engine:
+        engine = build_engine(config, plugins)
+    gateway = Gateway(asyncio.get_running_loop()).start()
+    try:
+        tokenizer = None
+        if isinstance(engine, TokenEngine):
+            tokenizer = load_tokenizer(getattr(engine, "tokenizer_path", None) or config.model.path)
+        yield RolloutRunner(
+            workflow=workflow,
+            judge=judge,
+            engine=engine,
+            tokenizer=tokenizer,
+            settings=runner_settings_from_config(config, max_parallel),
+            madness_checks=checks,
+            gateway=gateway,
+            auxiliary_models=auxiliary_models,
+            config=config,
+        )
+    finally:
+        gateway.stop()
+        if own_engine and hasattr(engine, "aclose"):
+            await engine.aclose()

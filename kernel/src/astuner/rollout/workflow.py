@@ -1,0 +1,139 @@
+"""The two workflow forms, and how config names one.
+
+1. A `Workflow` subclass with `async execute(workflow_task, model_tuner)`
+   (the seeds' `agentscope_execute` is accepted too).
+2. A plain `async def workflow(task, model, auxiliary_models=None)`, the
+   AgentScope Tuner form, where `task` is the task's row as a dict.
+
+Either returns a `WorkflowOutput` (a dict of its fields, or a bare float
+reward, is accepted). `rollout.agentscope_workflow` names it: a registered
+workflow or an import string `pkg.mod->Name`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from astuner.core.task import Task, WorkflowOutput, WorkflowTask
+from astuner.errors import AstunerError, ConfigError
+
+if TYPE_CHECKING:
+    from astuner.config import AstunerConfig
+    from astuner.plugins import Plugins
+    from astuner.rollout.model_tuner import ModelTuner
+
+WorkflowFn = Callable[["WorkflowTask", "ModelTuner"], Awaitable[WorkflowOutput]]
+
+
+@dataclass
+class LoadedWorkflow:
+    """A workflow in any form, as the runner calls it."""
+
+    run: WorkflowFn
+    trainable_targets: list[str] = field(default_factory=list)
+
+
+class Workflow(BaseModel):
+    """Base class of class-form workflows: implement `execute`."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    name: str = "workflow"
+    trainable_targets: list[str] = []
+
+    async def execute(self, workflow_task: WorkflowTask, model_tuner: ModelTuner) -> WorkflowOutput:
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement async execute(workflow_task, model_tuner)"
+        )
+
+
+def task_as_dict(task: Task) -> dict[str, Any]:
+    """The row a function-form workflow sees: the raw fields plus `task_id` and the query."""
+    row = {"task_id": task.task_id, "main_query": task.main_query, **task.metadata}
+    row.setdefault("question", task.main_query)
+    return row
+
+
+def as_workflow_output(value: Any, where: str) -> WorkflowOutput:
+    """Accept a `WorkflowOutput`, a dict of its fields, or a bare float reward."""
+    if isinstance(value, WorkflowOutput):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return WorkflowOutput(reward=float(value))
+    if isinstance(value, dict):
+        try:
+            return WorkflowOutput(**value)
+        except ValidationError as exc:
+            raise AstunerError(f"{where} returned a dict that is not a WorkflowOutput: {exc}") from exc
+    raise AstunerError(f"{where} returned {type(value).__name__}; return a WorkflowOutput.")
+
+
+def check_function_signature(
+    fn: Callable[..., Any], required: tuple[str, ...], optional: tuple[str, ...], what: str
+) -> None:
+    """A function-form workflow or judge must take exactly these parameter names."""
+    params = inspect.signature(fn).parameters
+    names = list(params)
+    missing = [n for n in required if n not in params]
+    extra = [
+        n for n, p in params.items()
+        if n not in required + optional or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]  # fmt: skip
+    if missing or extra:
+        allowed = ", ".join([*required, *(f"{o}=None" for o in optional)])
+        raise ConfigError(
+            f"The {what} {getattr(fn, '__qualname__', fn)}({', '.join(names)}) has the wrong "
+            f"parameters: it must be async def {what}({allowed})."
+            + (f" Missing: {', '.join(missing)}." if missing else "")
+            + (f" Not allowed: {', '.join(extra)}." if extra else "")
+        )
+    if not inspect.iscoroutinefunction(fn):
+        raise ConfigError(f"The {what} {fn.__qualname__} must be declared with 'async def'.")
+
+
+def adapt_workflow(obj: Any, where: str) -> LoadedWorkflow:
+    """Turn any accepted workflow form into `async fn(workflow_task, model_tuner)`."""
+    if inspect.isclass(obj):
+        try:
+            obj = obj()
+        except TypeError as exc:
+            raise ConfigError(f"Cannot create the workflow {where} with no arguments: {exc}") from exc
+    method = getattr(obj, "execute", None) or getattr(obj, "agentscope_execute", None)
+    if method is not None and not inspect.isfunction(obj):
+
+        async def run_method(workflow_task: WorkflowTask, model_tuner: ModelTuner) -> WorkflowOutput:
+            return as_workflow_output(await method(workflow_task, model_tuner), where)
+
+        return LoadedWorkflow(run_method, list(getattr(obj, "trainable_targets", None) or []))
+    if callable(obj):
+        check_function_signature(obj, ("task", "model"), ("auxiliary_models",), "workflow")
+        takes_aux = "auxiliary_models" in inspect.signature(obj).parameters
+
+        async def run_function(workflow_task: WorkflowTask, model_tuner: ModelTuner) -> WorkflowOutput:
+            kwargs: dict[str, Any] = {"task": task_as_dict(workflow_task.task), "model": model_tuner}
+            if takes_aux:
+                kwargs["auxiliary_models"] = model_tuner.auxiliary_models
+            return as_workflow_output(await obj(**kwargs), where)
+
+        return LoadedWorkflow(run_function)
+    raise ConfigError(
+        f"The workflow {where} is neither a Workflow (with async execute) nor an async function."
+    )
+
+
+def load_workflow(config: AstunerConfig, plugins: Plugins) -> LoadedWorkflow:
+    """The workflow `rollout.agentscope_workflow` names, ready to call."""
+    name = config.rollout.agentscope_workflow
+    if not name:
+        raise ConfigError(
+            "No workflow configured: set rollout.agentscope_workflow to a registered workflow "
+            "or an import string such as 'my_package.workflow->MathAgentWorkflow'."
+        )
+    reg = plugins.get("workflow", name, search_paths=config.search_paths())
+    obj = reg.factory if reg.plugin.startswith("import:") else reg.build()
+    return adapt_workflow(obj, f"'{name}'")

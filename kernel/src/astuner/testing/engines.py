@@ -1,0 +1,50 @@
+"""A scripted token engine: deterministic replies, real token ids, no model.
+
+`ScriptedEngine(tokenizer, respond)` answers each call with
+`respond(prompt_text)` encoded by the tokenizer plus the end-of-turn token,
+every token with log-prob -0.25. It exercises the whole pipeline (tracker,
+tool calls, merge, gateway, runner) at the speed of the tokenizer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+
+from astuner.core.tokenizer import ChatTokenizer
+from astuner.rollout.engine import Generation, SamplingParams
+
+LOGPROB = -0.25
+
+
+class ScriptedEngine:
+    """A `TokenEngine` whose replies come from a function of the prompt text."""
+
+    def __init__(
+        self,
+        tokenizer: ChatTokenizer,
+        respond: Callable[[str], str],
+        delay: float = 0.0,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.respond = respond
+        self.delay = delay
+        self.calls = 0
+        self.in_flight = 0
+        self.peak_in_flight = 0
+
+    async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
+        self.calls += 1
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            text = self.respond(self.tokenizer.decode(prompt_ids))
+        finally:
+            self.in_flight -= 1
+        ids = [*self.tokenizer.encode(text), self.tokenizer.end_of_turn_id]
+        finish = "stop"
+        if len(ids) > sampling.max_tokens:
+            ids, finish = ids[: sampling.max_tokens], "length"
+        return Generation(ids, [LOGPROB] * len(ids), finish)
