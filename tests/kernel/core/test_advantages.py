@@ -33,9 +33,7 @@ def _run(trajs, **kw):
 
 
 def _adv(estimator, scores, groups):
-    base, scale = get_advantage_estimator(estimator)(
-        np.array(scores, dtype=float), np.array(groups), 1e-6
-    )
+    base, scale = get_advantage_estimator(estimator)(np.array(scores, dtype=float), np.array(groups), 1e-6)
     return (np.array(scores) - base) / scale
 
 

@@ -12,9 +12,7 @@ from astuner.core.merge import merge_calls
 from astuner.core.tracker import ContextTracker, TrackerSettings
 from astuner.testing.conversations import Turn, run_episode, tool_call_text
 
-_TEXT = st.text(
-    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=0, max_size=30
-)
+_TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=0, max_size=30)
 
 
 @st.composite

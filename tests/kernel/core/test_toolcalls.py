@@ -57,9 +57,7 @@ def test_hermes_malformed_calls_become_errors(text, error):
 
 
 def test_hermes_good_and_bad_together():
-    out = parse_hermes(
-        '<tool_call>{"name": "a", "arguments": {}}</tool_call><tool_call>oops</tool_call>'
-    )
+    out = parse_hermes('<tool_call>{"name": "a", "arguments": {}}</tool_call><tool_call>oops</tool_call>')
     assert [c.name for c in out.tool_calls] == ["a"] and out.errors[0].id == "call_1"
 
 

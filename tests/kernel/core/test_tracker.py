@@ -177,9 +177,7 @@ def test_long_tool_output_is_clipped_with_marker(qwen25):
 
 
 def test_context_overflow_returns_stop_reply_without_generating(qwen25):
-    tracker = ContextTracker(
-        qwen25, TrackerSettings(max_model_len=600, max_response_length_in_one_turn=100)
-    )
+    tracker = ContextTracker(qwen25, TrackerSettings(max_model_len=600, max_response_length_in_one_turn=100))
     generated: list[int] = []
 
     async def generate(prompt_ids, max_new_tokens):

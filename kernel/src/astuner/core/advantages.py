@@ -102,18 +102,14 @@ def rloo(scores: np.ndarray, group: np.ndarray, eps: float) -> tuple[np.ndarray,
 
 
 @register_advantage_estimator("reinforce_pp")
-def reinforce_pp(
-    scores: np.ndarray, group: np.ndarray, eps: float
-) -> tuple[np.ndarray, np.ndarray]:
+def reinforce_pp(scores: np.ndarray, group: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
     """REINFORCE++: A_i = (r_i - mean_batch) / (std_batch + eps); no group baseline."""
     std = scores.std(ddof=1) if scores.size > 1 else 0.0
     return np.full_like(scores, scores.mean()), np.full_like(scores, std + eps)
 
 
 @register_advantage_estimator("reinforce_pp_baseline")
-def reinforce_pp_baseline(
-    scores: np.ndarray, group: np.ndarray, eps: float
-) -> tuple[np.ndarray, np.ndarray]:
+def reinforce_pp_baseline(scores: np.ndarray, group: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
     """REINFORCE++ with a group baseline: c_i = r_i - mean_g, A_i = c_i / (std_batch(c) + eps)."""
     mean, _, _ = group_stats(scores, group)
     centred = scores - mean
@@ -193,8 +189,7 @@ def compute_advantages(
         if isinstance(reward, list):
             if len(reward) != len(_steps(t)):
                 raise ValueError(
-                    f"trajectory {t.trajectory_id}: {len(reward)} step rewards "
-                    f"for {len(_steps(t))} steps"
+                    f"trajectory {t.trajectory_id}: {len(reward)} step rewards for {len(_steps(t))} steps"
                 )
             returns.append(discounted_returns(reward, gamma))
         elif reward is not None:

@@ -73,9 +73,7 @@ class ChatTokenizer:
         self.eos_token_id: int | None = hf_tokenizer.eos_token_id
         vocab = self._backend.get_vocab(with_added_tokens=True)
         added = self._backend.get_added_tokens_decoder()
-        self.special_token_ids: frozenset[int] = frozenset(
-            i for i, tok in added.items() if tok.special
-        )
+        self.special_token_ids: frozenset[int] = frozenset(i for i, tok in added.items() if tok.special)
         self.end_of_turn, self.end_of_turn_id = self._find_end_of_turn(vocab)
         self._suffixes: dict[str, str | None] = {}
         stops = {self.end_of_turn_id}
@@ -153,9 +151,7 @@ class ChatTokenizer:
         **kwargs: Any,
     ) -> str:
         """Render normalised messages with the chat template."""
-        return self.template.render(
-            messages, tools, add_generation_prompt=add_generation_prompt, **kwargs
-        )
+        return self.template.render(messages, tools, add_generation_prompt=add_generation_prompt, **kwargs)
 
 
 def load_tokenizer(path: str | os.PathLike[str], chat_template: str | None = None) -> ChatTokenizer:

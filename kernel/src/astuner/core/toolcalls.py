@@ -84,15 +84,11 @@ def _call_from_json(obj: Any, idx: int, raw: str, args_key: str) -> ToolCall | T
         except json.JSONDecodeError as e:
             return ToolCallError(id=call_id, raw=raw, name=name, error=f"arguments: {e}")
     if not isinstance(args, dict):
-        return ToolCallError(
-            id=call_id, raw=raw, name=name, error=f'"{args_key}" must be a JSON object'
-        )
+        return ToolCallError(id=call_id, raw=raw, name=name, error=f'"{args_key}" must be a JSON object')
     return ToolCall(id=call_id, name=name, arguments=json.dumps(args, ensure_ascii=False))
 
 
-def _collect(
-    results: list[ToolCall | ToolCallError], content: str, reasoning: str | None
-) -> ParsedResponse:
+def _collect(results: list[ToolCall | ToolCallError], content: str, reasoning: str | None) -> ParsedResponse:
     out = ParsedResponse(content=content.strip(), reasoning=reasoning)
     for r in results:
         (out.tool_calls if isinstance(r, ToolCall) else out.errors).append(r)

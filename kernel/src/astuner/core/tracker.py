@@ -194,12 +194,8 @@ class ContextTracker:
             prepared_at=now,
         )
 
-    def _render(
-        self, msgs: Sequence[Message], tools: list[dict[str, Any]] | None, gen: bool
-    ) -> str:
-        return self.tokenizer.render(
-            msgs, tools, add_generation_prompt=gen, **self._template_kwargs
-        )
+    def _render(self, msgs: Sequence[Message], tools: list[dict[str, Any]] | None, gen: bool) -> str:
+        return self.tokenizer.render(msgs, tools, add_generation_prompt=gen, **self._template_kwargs)
 
     @staticmethod
     def _continues(ctx: _Context, msgs: list[Message], tools: list[dict[str, Any]] | None) -> bool:
@@ -252,9 +248,7 @@ class ContextTracker:
             if len(ids) <= limit:
                 clipped = content
             else:
-                clipped = self.tokenizer.decode(ids[:limit]) + CLIP_MARKER.format(
-                    n=len(ids) - limit
-                )
+                clipped = self.tokenizer.decode(ids[:limit]) + CLIP_MARKER.format(n=len(ids) - limit)
                 self.stats.clipped_env_outputs += 1
             self._clipped[content] = clipped
         if clipped is content:

@@ -133,9 +133,7 @@ _QWEN3_GENERATION = (
 
 
 def _qwen_template(reasoning: bool) -> str:
-    text = _QWEN_TEMPLATE.replace("PREAMBLE", _QWEN_TOOLS_PREAMBLE).replace(
-        "FOOTER", _QWEN_TOOLS_FOOTER
-    )
+    text = _QWEN_TEMPLATE.replace("PREAMBLE", _QWEN_TOOLS_PREAMBLE).replace("FOOTER", _QWEN_TOOLS_FOOTER)
     if reasoning:
         text = text.replace("DEFAULT_SYSTEM", "none")
         text = text.replace("REASONING", _QWEN3_ASSISTANT)
