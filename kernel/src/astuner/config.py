@@ -50,11 +50,21 @@ class PluginSection(Section):
     model_config = ConfigDict(extra="allow")
 
 
+class LoraConfig(Section):
+    rank: int = Field(0, ge=0, description="LoRA rank; 0 trains all weights (no LoRA).")
+    alpha: float = Field(16.0, gt=0, description="LoRA scaling numerator: updates are scaled by alpha/rank.")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA input.")
+    target_modules: str | list[str] = Field(
+        "all-linear", description="Module names to adapt, or all-linear (every linear layer but the head)."
+    )
+
+
 class ModelConfig(Section):
     path: str = Field(
         "builtin:smollm2-135m-instruct",
         description="HuggingFace repo id, local folder, .gguf file, or builtin:<name>.",
     )
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapters (backbone torch).")
 
 
 class DataConfig(Section):
@@ -129,6 +139,7 @@ class AlgorithmConfig(Section):
 class OptimConfig(Section):
     lr: float = Field(1e-6, gt=0)
     weight_decay: float = Field(0.01, ge=0)
+    lr_warmup_steps: int = Field(0, ge=0, description="Steps of linear warm-up from 0 to lr; then constant.")
 
 
 class FsdpConfig(Section):
@@ -152,7 +163,16 @@ class TrainerCommonConfig(Section):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     use_kl_loss: bool = True
     kl_loss_coef: float = Field(0.002, ge=0)
-    kl_loss_type: str = "low_var_kl"
+    kl_loss_type: str = Field("low_var_kl", description="kl, abs, mse or low_var_kl.")
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = Field(
+        "token-mean", description="How per-token losses reduce to the step loss."
+    )
+    clip_ratio_low: float = Field(0.2, ge=0, description="PPO clip: ratio floor is 1 - clip_ratio_low.")
+    clip_ratio_high: float = Field(0.2, ge=0, description="PPO clip: ratio ceiling is 1 + clip_ratio_high.")
+    grad_clip: float = Field(1.0, gt=0, description="Gradient norm clipping threshold.")
+    max_token_len_per_gpu: int = Field(
+        16384, ge=1, description="Token budget of one micro-batch (rows x longest row)."
+    )
     ulysses_sequence_parallel_size: int = Field(1, ge=1)
     resume: str = Field("disable", description="disable, auto, or a checkpoint folder.")
     seed: int = 42

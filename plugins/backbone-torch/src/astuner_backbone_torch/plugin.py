@@ -1,4 +1,4 @@
-"""Entry point of `astuner-backbone-torch`: registers its engine (and backbone).
+"""Entry point of `astuner-backbone-torch`: registers engine `transformers` and backbone `torch`.
 
 Importing this module is cheap: torch and transformers load only when a
 factory runs.
@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING
 
 from astuner.hookspecs import Register, hookimpl
 from astuner_backbone_torch.engine import TransformersEngineSettings
+from astuner_backbone_torch.settings import TorchSettings
 
 if TYPE_CHECKING:
     from astuner.config import AstunerConfig
+    from astuner_backbone_torch.backbone import TorchBackbone
     from astuner_backbone_torch.engine import TransformersEngine
 
 
@@ -22,6 +24,12 @@ def _transformers_engine(settings: TransformersEngineSettings, config: AstunerCo
     return TransformersEngine.from_config(settings, config)
 
 
+def _torch_backbone(settings: TorchSettings) -> TorchBackbone:
+    from astuner_backbone_torch.backbone import TorchBackbone
+
+    return TorchBackbone(settings)
+
+
 @hookimpl
 def register_engines(register: Register) -> None:
     register(
@@ -29,4 +37,14 @@ def register_engines(register: Register) -> None:
         _transformers_engine,
         settings=TransformersEngineSettings,
         summary="In-process HuggingFace model (CPU or GPU), batching concurrent rollouts.",
+    )
+
+
+@hookimpl
+def register_backbones(register: Register) -> None:
+    register(
+        "torch",
+        _torch_backbone,
+        settings=TorchSettings,
+        summary="GRPO on one machine (CPU or one GPU): PPO-clip, KL, LoRA, checkpoints, exact resume.",
     )

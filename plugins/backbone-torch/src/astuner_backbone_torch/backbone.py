@@ -1,0 +1,253 @@
+"""Backbone `torch`: GRPO on one machine, the policy generating its own rollouts in-process.
+
+Each step: take `data.train_batch_size` tasks, run each `rollout.num_repeat`
+times through the rollout runner (the engine is the policy's rollout copy),
+merge each trajectory's calls into samples, compute advantages per group,
+update the policy, then validate / checkpoint / log as configured. The
+experiment folder gets `rollouts/step_<n>.jsonl`, `metrics.jsonl`,
+`tensorboard/` and `checkpoints/step_<n>/`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from astuner.components import build_reader, plugin_settings
+from astuner.config import AstunerConfig
+from astuner.core.advantages import advantage_estimators, compute_advantages
+from astuner.core.merge import MergeReport, merge_trajectory
+from astuner.core.task import Task
+from astuner.core.trajectory import Sample, Trajectory
+from astuner.errors import AstunerError, ConfigError
+from astuner.logs import get_logger
+from astuner.protocols import RunContext
+from astuner.record import append_trajectories
+from astuner.rollout.runner import RolloutRunner
+from astuner.rollout.stack import rollout_stack, sampling_from_config
+from astuner_backbone_torch.checkpoint import (
+    Checkpoint,
+    resume_from,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from astuner_backbone_torch.data import TaskStream
+from astuner_backbone_torch.engine import TransformersEngine
+from astuner_backbone_torch.metrics import MetricsLog, rollout_metrics
+from astuner_backbone_torch.models import resolve_model_dir
+from astuner_backbone_torch.policy import Policy
+from astuner_backbone_torch.settings import TorchSettings
+from astuner_backbone_torch.trainer import PolicyTrainer, UpdateSettings
+from astuner_backbone_torch.validation import validate
+
+# The seeds' name for trajectory-level GRPO broadcast over every call of an
+# episode; the prefix merge makes such an episode one sample, so it is `grpo`.
+ESTIMATOR_ALIASES = {"multi_step_grpo": "grpo"}
+
+
+def estimator_name(config: AstunerConfig) -> str:
+    """`trainer_common.algorithm.adv_estimator`, aliases resolved; a ConfigError if unknown."""
+    name = config.trainer_common.algorithm.adv_estimator
+    name = ESTIMATOR_ALIASES.get(name, name)
+    if name not in advantage_estimators():
+        known = sorted({*advantage_estimators(), *ESTIMATOR_ALIASES})
+        raise ConfigError(
+            f"trainer_common.algorithm.adv_estimator: '{config.trainer_common.algorithm.adv_estimator}' "
+            f"is not an advantage estimator. Choose one of: {', '.join(known)}."
+        )
+    return name
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def make_samples(
+    trajectories: list[Trajectory], trainable_targets: list[str] | None
+) -> tuple[list[Sample], MergeReport]:
+    """Merge every trajectory that did not fail into samples, in trajectory order."""
+    samples: list[Sample] = []
+    report = MergeReport()
+    for trajectory in trajectories:
+        merged, part = merge_trajectory(trajectory, trainable_targets=trainable_targets)
+        samples.extend(merged)
+        report = report + part
+    return samples, report
+
+
+class TorchBackbone:
+    """The `torch` backbone; built with the validated `torch:` block."""
+
+    def __init__(self, settings: TorchSettings | None = None) -> None:
+        self.settings = settings or TorchSettings()
+
+    def run(self, ctx: RunContext) -> None:
+        asyncio.run(self.train(ctx))
+
+    async def train(self, ctx: RunContext) -> None:
+        config, experiment, settings = ctx.config, ctx.experiment, self.settings
+        t = config.trainer_common
+        log = get_logger(backbone="torch")
+        if config.rollout.engine not in ("auto", "transformers"):
+            raise ConfigError(
+                f"rollout.engine is '{config.rollout.engine}', but backbone 'torch' generates with the "
+                "policy it trains (engine 'transformers'). Set rollout.engine to auto or transformers, "
+                "or pick a backbone that uses an external engine (verl, trinity)."
+            )
+        estimator = estimator_name(config)
+        _quiet_transformers()
+        if settings.num_threads:
+            torch.set_num_threads(settings.num_threads)
+        reader = build_reader(config, ctx.plugins)
+        stream = TaskStream(
+            _tasks(reader.read("train"), "train", config), config.data.train_batch_size, t.seed
+        )
+        total = t.total_training_steps or t.total_epochs * stream.batches_per_epoch
+        val_tasks = list(itertools.islice(reader.read("validation"), settings.val_max_tasks))
+
+        checkpoint = resume_from(config)
+        seed_everything(t.seed)
+        use_kl = t.use_kl_loss and t.kl_loss_coef > 0
+        policy = Policy.load(
+            config, settings, need_reference=use_kl, weights=checkpoint.path if checkpoint else None
+        )
+        trainer = PolicyTrainer(policy, UpdateSettings.from_config(config, settings.logprob_chunk))
+        start = 0
+        if checkpoint is not None:
+            start = self._restore(checkpoint, trainer, stream)
+            log.info("resumed", checkpoint=str(checkpoint.path), step=start)
+        engine_reg = ctx.plugins.get("engine", "transformers")
+        engine = TransformersEngine(policy.generator, plugin_settings(config, engine_reg))
+        engine.tokenizer_path = resolve_model_dir(config.model.path)
+        tensorboard = experiment.path / "tensorboard" if "tensorboard" in t.logger else None
+        metrics_log = MetricsLog(experiment.metrics_file, tensorboard)
+        sampling = sampling_from_config(config)
+        try:
+            async with rollout_stack(config, ctx.plugins, engine=engine) as runner:
+                if t.val_before_train and start == 0 and val_tasks:
+                    began = time.perf_counter()
+                    val_metrics, _ = await validate(runner, val_tasks, config, experiment, 0)
+                    metrics_log.write(0, {**val_metrics, "timing/val_s": time.perf_counter() - began})
+                    log.info("validation", step=0, **_brief(val_metrics))
+                for step in range(start + 1, total + 1):
+                    began = time.perf_counter()
+                    tasks = stream.next_batch()
+                    trajectories = await runner.run(
+                        tasks, sampling, config.rollout.num_repeat, tag=f"step{step}"
+                    )
+                    append_trajectories(experiment.rollouts / f"step_{step}.jsonl", trajectories)
+                    rolled = time.perf_counter()
+                    metrics = self._update(runner, trainer, engine, trajectories, estimator, config)
+                    updated = time.perf_counter()
+                    metrics["timing/rollout_s"] = rolled - began
+                    metrics["timing/update_s"] = updated - rolled
+                    if val_tasks and step % t.test_freq == 0:
+                        val_metrics, _ = await validate(runner, val_tasks, config, experiment, step)
+                        metrics.update(val_metrics)
+                        metrics["timing/val_s"] = time.perf_counter() - updated
+                    if step % t.save_freq == 0 or step == total:
+                        saving = time.perf_counter()
+                        self._save(experiment.checkpoints, step, policy, trainer, stream, config)
+                        metrics["timing/save_s"] = time.perf_counter() - saving
+                    metrics["timing/step_s"] = time.perf_counter() - began
+                    metrics_log.write(step, metrics)
+                    log.info("step", step=step, of=total, **_brief(metrics))
+        finally:
+            metrics_log.close()
+            await engine.aclose()
+
+    def _update(
+        self,
+        runner: RolloutRunner,
+        trainer: PolicyTrainer,
+        engine: TransformersEngine,
+        trajectories: list[Trajectory],
+        estimator: str,
+        config: AstunerConfig,
+    ) -> dict[str, float]:
+        targets = runner.workflow.trainable_targets or None
+        samples, report = make_samples(trajectories, targets)
+        advantages = compute_advantages(
+            trajectories, samples, estimator=estimator, gamma=config.rollout.gamma
+        )
+        groups = len({tr.group_id for tr in trajectories}) or 1
+        metrics: dict[str, float] = rollout_metrics(trajectories, "train")
+        metrics.update(
+            {
+                "train/zero_adv_group_frac": len(advantages.zero_variance_groups) / groups,
+                "train/samples": len(advantages.samples),
+                "train/calls_merged": report.calls,
+                "train/merge_ratio": report.reduction,
+            }
+        )
+        # No batch may be generated while the weights change.
+        with engine.weights_lock:
+            update = trainer.update(advantages.samples)
+        metrics.update({f"actor/{k}": v for k, v in update.items()})
+        return metrics
+
+    def _save(
+        self,
+        root: Any,
+        step: int,
+        policy: Policy,
+        trainer: PolicyTrainer,
+        stream: TaskStream,
+        config: AstunerConfig,
+    ) -> None:
+        save_checkpoint(
+            root,
+            step,
+            save_model=policy.save,
+            tensors={**trainer.state_dict(), "rng": rng_state()},
+            state={
+                "data": stream.state_dict(),
+                "model_path": config.model.path,
+                "lora": policy.lora,
+                "experiment": config.experiment_name,
+            },
+        )
+
+    def _restore(self, checkpoint: Checkpoint, trainer: PolicyTrainer, stream: TaskStream) -> int:
+        if checkpoint.state.get("lora") != trainer.policy.lora:
+            raise ConfigError(
+                f"trainer_common.resume: checkpoint '{checkpoint.path}' was trained "
+                f"{'with' if checkpoint.state.get('lora') else 'without'} LoRA, but model.lora.rank "
+                "now says otherwise. Resume with the same model.lora settings, or start fresh "
+                "(trainer_common.resume: disable)."
+            )
+        tensors = checkpoint.tensors()
+        trainer.load_state_dict(tensors)
+        set_rng_state(tensors["rng"])
+        stream.load_state_dict(checkpoint.state["data"])
+        return checkpoint.step
+
+
+def _quiet_transformers() -> None:
+    """No per-file progress bars from transformers when loading or saving weights every step."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
+def _tasks(tasks: Any, split: str, config: AstunerConfig) -> list[Task]:
+    out = list(tasks)
+    if not out:
+        raise AstunerError(
+            f"The {split} split of reader '{config.task_reader.type}' is empty: nothing to train on."
+        )
+    return out
+
+
+def _brief(metrics: dict[str, float]) -> dict[str, float]:
+    keep = ("reward_mean", "success_rate", "pass@", "actor/loss", "actor/kl", "grad_norm", "step_s")
+    return {k: round(v, 4) for k, v in metrics.items() if any(part in k for part in keep)}

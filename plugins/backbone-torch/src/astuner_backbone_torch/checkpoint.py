@@ -1,0 +1,135 @@
+"""Checkpoints: `checkpoints/step_<n>/`, written whole or not at all.
+
+A checkpoint folder holds the model in HuggingFace format (loadable with
+`AutoModelForCausalLM.from_pretrained`; with LoRA, the adapter, loadable
+with `peft.PeftModel.from_pretrained`), the tokenizer, `trainer_state.pt`
+(optimizer, scheduler, RNG states) and `trainer_state.json` (step, data
+position, what was trained). It is written into a hidden temporary folder
+next to its final place and renamed into place last, so a run killed while
+saving leaves no folder that looks like a checkpoint; `trainer_state.json`
+must exist too for a folder to count.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from astuner.config import AstunerConfig
+from astuner.errors import ConfigError
+
+STATE_JSON = "trainer_state.json"
+STATE_PT = "trainer_state.pt"
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+@dataclass
+class Checkpoint:
+    """A complete checkpoint folder and what its JSON state says."""
+
+    path: Path
+    step: int
+    state: dict[str, Any]
+
+    def tensors(self) -> dict[str, Any]:
+        """Optimizer, scheduler and RNG states (`trainer_state.pt`)."""
+        return torch.load(self.path / STATE_PT, map_location="cpu", weights_only=False)
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(
+    root: Path,
+    step: int,
+    *,
+    save_model: Any,
+    tensors: dict[str, Any],
+    state: dict[str, Any],
+) -> Path:
+    """Write `root/step_<step>/` atomically; `save_model(folder)` writes the model files."""
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".step_{step}-", dir=root))
+    try:
+        save_model(tmp)
+        torch.save(tensors, tmp / STATE_PT)
+        (tmp / STATE_JSON).write_text(json.dumps({**state, "step": step}, indent=2), encoding="utf-8")
+        if final.exists():
+            # Re-saving a step (after a resume) replaces the old folder only once the new one is whole.
+            old = root / f".old-step_{step}"
+            shutil.rmtree(old, ignore_errors=True)
+            final.rename(old)
+            tmp.rename(final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def read_checkpoint(path: Path) -> Checkpoint | None:
+    """The checkpoint at `path`, or None when it is not a complete checkpoint folder."""
+    match = _STEP_DIR.match(path.name)
+    state_file = path / STATE_JSON
+    if not path.is_dir() or match is None or not state_file.is_file() or not (path / STATE_PT).is_file():
+        return None
+    try:
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return Checkpoint(path, int(match.group(1)), state)
+
+
+def latest_checkpoint(experiment_root: Path) -> Checkpoint | None:
+    """The highest-step complete checkpoint of any run under `<experiment_dir>/<experiment>/`.
+
+    Ties (the same step in two runs) go to the most recently written one.
+    """
+    found = [
+        ckpt
+        for folder in experiment_root.glob("*/checkpoints/step_*")
+        if (ckpt := read_checkpoint(folder)) is not None
+    ]
+    if not found:
+        return None
+    return max(found, key=lambda c: (c.step, (c.path / STATE_JSON).stat().st_mtime_ns))
+
+
+def resume_from(config: AstunerConfig) -> Checkpoint | None:
+    """What `trainer_common.resume` asks for: nothing, the latest checkpoint, or a given folder."""
+    resume = config.trainer_common.resume
+    if resume == "disable":
+        return None
+    if resume == "auto":
+        return latest_checkpoint(Path(config.experiment_dir) / config.experiment_name)
+    ckpt = read_checkpoint(Path(resume))
+    if ckpt is None:
+        raise ConfigError(
+            f"trainer_common.resume: '{resume}' is not a complete checkpoint folder (a "
+            f"checkpoints/step_<n> folder with {STATE_JSON} and {STATE_PT}). Use 'auto' to continue "
+            "from the latest checkpoint of this experiment, or 'disable' to start fresh."
+        )
+    return ckpt

@@ -1,0 +1,201 @@
+"""The loss math of the trainer: pure tensor functions, no model, no config.
+
+Shapes: `B` sequences (rows of a micro-batch), `T` target positions per
+row. Every per-token tensor is `(B, T)`; `mask` is 1.0 on tokens that carry
+loss (tokens the policy generated) and 0.0 elsewhere (prompt, tool output,
+padding).
+
+Aggregation is normalised by the whole step, not the micro-batch: a step's
+samples are split into micro-batches by token budget, and each micro-batch
+contributes `sum(...) / norm` with `norm` counted over all of the step's
+samples, so the accumulated gradient is the same however the samples were
+split (and however many calls a merged sample holds).
+
+Registries (`POLICY_LOSSES`, `KL_ESTIMATORS`, `AGG_MODES`) map the config
+names to these functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+KlEstimator = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+KL_ESTIMATORS: dict[str, KlEstimator] = {}
+AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+
+
+def _kl(name: str) -> Callable[[KlEstimator], KlEstimator]:
+    def deco(fn: KlEstimator) -> KlEstimator:
+        KL_ESTIMATORS[name] = fn
+        return fn
+
+    return deco
+
+
+@_kl("kl")
+def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """k1 = log p - log q per token, `(B, T)` -> `(B, T)`: unbiased, high variance, can be negative."""
+    return logprobs - ref_logprobs
+
+
+@_kl("abs")
+def kl_abs(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """|log p - log q| per token, `(B, T)` -> `(B, T)`."""
+    return (logprobs - ref_logprobs).abs()
+
+
+@_kl("mse")
+def kl_k2(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """k2 = (log p - log q)^2 / 2 per token, `(B, T)` -> `(B, T)`."""
+    return 0.5 * (logprobs - ref_logprobs).square()
+
+
+@_kl("low_var_kl")
+def kl_low_var(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """k3 = exp(q - p) - (q - p) - 1 >= 0 per token, clamped to [-10, 10]; `(B, T)` -> `(B, T)`.
+
+    Unbiased for KL(p || q) under samples from p, low variance, never
+    negative; the clamp keeps one wild token from dominating a step.
+    """
+    delta = (ref_logprobs - logprobs).clamp(-20.0, 20.0)
+    return (delta.exp() - delta - 1.0).clamp(-10.0, 10.0)
+
+
+def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str) -> torch.Tensor:
+    """The per-token KL estimate named `kind` (a key of `KL_ESTIMATORS`)."""
+    try:
+        return KL_ESTIMATORS[kind](logprobs, ref_logprobs)
+    except KeyError:
+        raise ValueError(f"unknown kl_loss_type {kind!r}; known: {sorted(KL_ESTIMATORS)}") from None
+
+
+@dataclass(frozen=True)
+class StepNorm:
+    """What a whole step's aggregation divides by: its trained tokens and its sequences."""
+
+    tokens: float
+    sequences: float
+
+
+def step_norm(masks: list[torch.Tensor]) -> StepNorm:
+    """Normaliser of a step from the `(B_i, T_i)` masks of all its micro-batches."""
+    tokens = sum(float(m.sum()) for m in masks)
+    sequences = sum(float((m.sum(-1) > 0).sum()) for m in masks)
+    return StepNorm(max(tokens, 1.0), max(sequences, 1.0))
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, norm: StepNorm) -> torch.Tensor:
+    """Reduce a `(B, T)` per-token loss to this micro-batch's share of the step loss (a scalar).
+
+    - `token-mean`: sum over all trained tokens / all trained tokens of the step.
+      Every generated token weighs the same, so merging calls into one
+      sample does not change the objective.
+    - `seq-mean-token-mean`: mean over each sequence's tokens, summed over
+      sequences / the step's sequences.
+    - `seq-mean-token-sum`: sum over each sequence's tokens, summed over
+      sequences / the step's sequences.
+    """
+    masked = per_token * mask
+    if mode == "token-mean":
+        return masked.sum() / norm.tokens
+    per_seq = masked.sum(-1)
+    if mode == "seq-mean-token-mean":
+        per_seq = per_seq / mask.sum(-1).clamp(min=1.0)
+    elif mode != "seq-mean-token-sum":
+        raise ValueError(f"unknown loss_agg_mode {mode!r}; known: {', '.join(AGG_MODES)}")
+    return per_seq.sum() / norm.sequences
+
+
+def ppo_clip_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped surrogate per token.
+
+    logprobs, old_logprobs, advantages: `(B, T)`. Returns `(loss, clipped)`,
+    both `(B, T)`: `loss = -min(r A, clip(r, 1 - clip_low, 1 + clip_high) A)`
+    with `r = exp(logprobs - old_logprobs)`, and `clipped` = 1.0 where the
+    clipped term was the one taken (it carries no gradient there).
+    """
+    log_ratio = (logprobs - old_logprobs).clamp(-20.0, 20.0)
+    ratio = log_ratio.exp()
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    loss = torch.maximum(unclipped, clipped)
+    return loss, (clipped > unclipped).float()
+
+
+class _ChunkedTokenLogprobs(torch.autograd.Function):
+    """log-softmax(logits / T) at the target ids, computed a few rows at a time.
+
+    Only the logits (in their own dtype, often bf16) and one float per row
+    are kept for backward; the float32 copy of a chunk lives only while that
+    chunk is processed, so the `(N, V)` float32 tensor is never whole.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: torch.autograd.function.FunctionCtx,
+        logits: torch.Tensor,
+        targets: torch.Tensor,
+        temperature: float,
+        chunk: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        n = logits.shape[0]
+        out = torch.empty(n, dtype=torch.float32, device=logits.device)
+        entropy = torch.empty(n, dtype=torch.float32, device=logits.device)
+        lse = torch.empty(n, dtype=torch.float32, device=logits.device)
+        for start in range(0, n, chunk):
+            x = logits[start : start + chunk].float() / temperature
+            z = torch.logsumexp(x, dim=-1)
+            lse[start : start + chunk] = z
+            out[start : start + chunk] = x.gather(1, targets[start : start + chunk, None])[:, 0] - z
+            probs = (x - z[:, None]).exp_()
+            entropy[start : start + chunk] = z - (probs * x).sum(-1)
+        ctx.save_for_backward(logits, targets, lse)
+        ctx.temperature, ctx.chunk = temperature, chunk
+        ctx.mark_non_differentiable(entropy)
+        return out, entropy
+
+    @staticmethod
+    def backward(  # type: ignore[override]
+        ctx: torch.autograd.function.FunctionCtx, grad_out: torch.Tensor, _grad_entropy: torch.Tensor
+    ) -> tuple[torch.Tensor, None, None, None]:
+        logits, targets, lse = ctx.saved_tensors  # type: ignore[attr-defined]
+        temperature, chunk = ctx.temperature, ctx.chunk  # type: ignore[attr-defined]
+        grad = torch.empty_like(logits)
+        for start in range(0, logits.shape[0], chunk):
+            rows = slice(start, start + chunk)
+            # d/dx [x_y/T - logsumexp(x/T)] = (onehot(y) - softmax(x/T)) / T
+            g = (logits[rows].float() / temperature - lse[rows, None]).exp_().neg_()
+            g.scatter_add_(1, targets[rows, None], torch.ones_like(g[:, :1]))
+            grad[rows] = g * (grad_out[rows, None] / temperature)
+        return grad, None, None, None
+
+
+def token_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0, chunk: int = 1024
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs of `targets` under softmax(logits / temperature), and the entropy there.
+
+    logits: `(B, T, V)` (any float dtype); targets: `(B, T)` long.
+    Returns `(logprobs, entropy)`, both `(B, T)` float32; gradients flow
+    through `logprobs` only. Rows are processed `chunk` positions at a time.
+    """
+    b, t, v = logits.shape
+    lp, ent = _ChunkedTokenLogprobs.apply(
+        logits.reshape(b * t, v), targets.reshape(b * t), temperature, chunk
+    )
+    return lp.view(b, t), ent.view(b, t)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mean of `(B, T)` values where `mask` is 1 (0.0 when the mask is empty), as a float."""
+    total = float(mask.sum())
+    return float((values * mask).sum()) / total if total else 0.0

@@ -1,0 +1,90 @@
+"""Step metrics: computed from a step's trajectories, written to metrics.jsonl and TensorBoard."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from astuner.core.trajectory import Trajectory
+
+
+def scalar_reward(trajectory: Trajectory) -> float | None:
+    """The trajectory's reward as one number (the sum of per-step rewards), or None if unscored."""
+    reward = trajectory.reward
+    if isinstance(reward, list):
+        return float(sum(reward))
+    return None if reward is None else float(reward)
+
+
+def succeeded(trajectory: Trajectory) -> bool:
+    """`is_success` when the judge said, else a positive reward."""
+    if trajectory.is_success is not None:
+        return trajectory.is_success
+    reward = scalar_reward(trajectory)
+    return reward is not None and reward > 0
+
+
+def rollout_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str, float]:
+    """Reward mean/std, success, madness and error rates, response length, turns."""
+    n = max(len(trajectories), 1)
+    scored = [r for t in trajectories if t.error is None and (r := scalar_reward(t)) is not None]
+    mean = sum(scored) / len(scored) if scored else 0.0
+    std = math.sqrt(sum((r - mean) ** 2 for r in scored) / len(scored)) if scored else 0.0
+    generated = [sum(len(c.response_ids) for c in t.calls) for t in trajectories]
+    return {
+        f"{prefix}/reward_mean": mean,
+        f"{prefix}/reward_std": std,
+        f"{prefix}/success_rate": sum(succeeded(t) for t in trajectories if t.error is None) / n,
+        f"{prefix}/madness_rate": sum(bool(t.madness) for t in trajectories) / n,
+        f"{prefix}/error_rate": sum(t.error is not None for t in trajectories) / n,
+        f"{prefix}/response_tokens_mean": sum(generated) / n,
+        f"{prefix}/turns_mean": sum(len(t.calls) for t in trajectories) / n,
+    }
+
+
+def pass_at_k(trajectories: Sequence[Trajectory], k: int) -> float:
+    """Unbiased pass@k averaged over tasks: 1 - C(n-c, k) / C(n, k) per task of n runs, c successes."""
+    by_task: dict[str, list[bool]] = {}
+    for t in trajectories:
+        by_task.setdefault(t.group_id, []).append(t.error is None and succeeded(t))
+    values = []
+    for runs in by_task.values():
+        n, c = len(runs), sum(runs)
+        kk = min(k, n)
+        values.append(1.0 - (math.comb(n - c, kk) / math.comb(n, kk) if n - c >= kk else 0.0))
+    return sum(values) / len(values) if values else 0.0
+
+
+class MetricsLog:
+    """One JSON object per step in `metrics.jsonl` (flushed), mirrored to TensorBoard."""
+
+    def __init__(self, path: Path, tensorboard_dir: Path | None) -> None:
+        self.path = path
+        self.writer: Any = None
+        if tensorboard_dir is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(log_dir=str(tensorboard_dir))
+
+    def write(self, step: int, metrics: dict[str, float]) -> None:
+        record = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
+        with self.path.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(record) + "\n")
+            out.flush()
+        if self.writer is not None:
+            for name, value in metrics.items():
+                self.writer.add_scalar(name, float(value), step)
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _plain(value: float) -> float | int:
+    if isinstance(value, int):
+        return value
+    return round(float(value), 6)

@@ -1,0 +1,40 @@
+"""The `torch:` block of the astuner config: knobs of this backbone that the seeds do not have.
+
+Everything the seeds (and verl) name lives in the shared config
+(`trainer_common.*`, `model.lora.*`); this block holds only how this
+trainer uses the hardware.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DType = Literal["auto", "float32", "bfloat16"]
+
+
+class TorchSettings(BaseModel):
+    """`torch:` (top level of the astuner block)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    device: str = Field("auto", description="auto: cuda if available, else cpu.")
+    train_dtype: DType = Field(
+        "auto",
+        description="Autocast dtype of forward/backward (master weights stay float32). "
+        "auto: bfloat16 where the device computes it natively (GPU, CPU with AMX/AVX512-BF16).",
+    )
+    gen_dtype: DType = Field(
+        "auto",
+        description="dtype of the rollout copy of the policy, synced after every update. "
+        "float32 with train_dtype float32 shares the training weights (no copy).",
+    )
+    num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default all cores.")
+    logprob_chunk: int = Field(1024, ge=1, description="Positions per chunk of the log-prob computation.")
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute activations in backward (less memory)."
+    )
+    val_max_tasks: int | None = Field(
+        None, ge=1, description="Validate on the first N validation tasks only (default: all)."
+    )

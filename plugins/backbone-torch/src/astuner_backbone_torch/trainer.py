@@ -1,0 +1,192 @@
+"""One policy update from a step's samples: PPO-clip + optional KL, accumulated by token budget.
+
+`PolicyTrainer.update(samples)` splits the samples into `mini_batch_num`
+mini-batches (one optimizer step each), each into length-bucketed
+micro-batches of at most `max_token_len_per_gpu` padded tokens, and
+accumulates gradients over the micro-batches with the step-wide
+normalisation of `losses.aggregate`. Then: gradient clipping, AdamW, the
+learning-rate schedule, and a sync of the rollout copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from astuner.config import AstunerConfig
+from astuner.core.trajectory import Sample
+from astuner_backbone_torch.batching import MicroBatch, make_micro_batches
+from astuner_backbone_torch.losses import (
+    StepNorm,
+    aggregate,
+    kl_penalty,
+    ppo_clip_loss,
+    step_norm,
+    token_logprobs,
+)
+from astuner_backbone_torch.policy import Policy
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """The knobs of an update, read from `trainer_common` and `rollout`."""
+
+    lr: float = 1e-6
+    weight_decay: float = 0.01
+    lr_warmup_steps: int = 0
+    temperature: float = 1.0
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    loss_agg_mode: str = "token-mean"
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.0
+    kl_loss_type: str = "low_var_kl"
+    grad_clip: float = 1.0
+    max_tokens: int = 16384
+    mini_batch_num: int = 1
+    logprob_chunk: int = 1024
+
+    @classmethod
+    def from_config(cls, config: AstunerConfig, logprob_chunk: int = 1024) -> UpdateSettings:
+        t = config.trainer_common
+        return cls(
+            lr=t.optim.lr,
+            weight_decay=t.optim.weight_decay,
+            lr_warmup_steps=t.optim.lr_warmup_steps,
+            # Log-probs are of the distribution that was sampled from: logits / T.
+            temperature=config.rollout.temperature or 1.0,
+            clip_low=t.clip_ratio_low,
+            clip_high=t.clip_ratio_high,
+            loss_agg_mode=t.loss_agg_mode,
+            use_kl_loss=t.use_kl_loss and t.kl_loss_coef > 0,
+            kl_loss_coef=t.kl_loss_coef,
+            kl_loss_type=t.kl_loss_type,
+            grad_clip=t.grad_clip,
+            max_tokens=t.max_token_len_per_gpu,
+            mini_batch_num=t.mini_batch_num,
+            logprob_chunk=logprob_chunk,
+        )
+
+
+class _Totals:
+    """Token-weighted sums of per-token statistics over a step."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.tokens = 0.0
+
+    def add(self, mask: torch.Tensor, **values: torch.Tensor) -> None:
+        self.tokens += float(mask.sum())
+        for name, value in values.items():
+            self.sums[name] = self.sums.get(name, 0.0) + float((value.detach() * mask).sum())
+
+    def means(self) -> dict[str, float]:
+        return {name: total / self.tokens if self.tokens else 0.0 for name, total in self.sums.items()}
+
+
+class PolicyTrainer:
+    """Owns the optimizer and scheduler of a `Policy` and updates it."""
+
+    def __init__(self, policy: Policy, settings: UpdateSettings) -> None:
+        self.policy = policy
+        self.settings = settings
+        self.optimizer = torch.optim.AdamW(
+            policy.trainable_parameters(), lr=settings.lr, weight_decay=settings.weight_decay
+        )
+        warmup = settings.lr_warmup_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
+        )
+        pad = policy.tokenizer.pad_token_id
+        self.pad_id: int = pad if pad is not None else (policy.tokenizer.eos_token_id or 0)
+
+    def logprobs(self, model: Any, batch: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs `(B, L-1)` of each next token under `model` at the sampling temperature, and entropy."""
+        with self.policy.autocast():
+            logits = model(
+                input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
+            ).logits[:, :-1]
+        return token_logprobs(logits, batch.targets, self.settings.temperature, self.settings.logprob_chunk)
+
+    def loss(
+        self, batch: MicroBatch, norm: StepNorm, ref_logprobs: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """This micro-batch's share of the step loss, and per-token statistics `(B, L-1)`."""
+        s = self.settings
+        logprobs, entropy = self.logprobs(self.policy.model, batch)
+        old = batch.old_logprobs if batch.old_logprobs is not None else logprobs.detach()
+        pg, clipped = ppo_clip_loss(logprobs, old, batch.advantages, s.clip_low, s.clip_high)
+        loss = aggregate(pg, batch.mask, s.loss_agg_mode, norm)
+        stats = {
+            "pg_loss": pg,
+            "clip_frac": clipped,
+            "entropy": entropy,
+            "logprob_gap": (logprobs - old).abs(),
+        }
+        if ref_logprobs is not None:
+            kl = kl_penalty(logprobs, ref_logprobs, s.kl_loss_type)
+            loss = loss + s.kl_loss_coef * aggregate(kl, batch.mask, s.loss_agg_mode, norm)
+            stats["kl"] = kl
+        return loss, stats
+
+    @torch.no_grad()
+    def reference_logprobs(self, batch: MicroBatch) -> torch.Tensor:
+        with self.policy.reference_model() as reference:
+            return self.logprobs(reference, batch)[0]
+
+    def update(self, samples: Sequence[Sample]) -> dict[str, float]:
+        """Train on a step's samples; returns the step's training metrics."""
+        s = self.settings
+        model = self.policy.model
+        totals = _Totals()
+        metrics: dict[str, float] = {"loss": 0.0, "micro_batches": 0, "padded_tokens": 0, "real_tokens": 0}
+        grad_norms: list[float] = []
+        model.train()
+        for part in _split(list(samples), s.mini_batch_num):
+            batches = make_micro_batches(part, s.max_tokens, self.pad_id)
+            norm = step_norm([b.mask for b in batches])
+            self.optimizer.zero_grad(set_to_none=True)
+            for batch in batches:
+                batch = batch.to(self.policy.device)
+                ref = self.reference_logprobs(batch) if s.use_kl_loss else None
+                loss, stats = self.loss(batch, norm, ref)
+                loss.backward()
+                totals.add(batch.mask, **stats)
+                metrics["loss"] += float(loss.detach())
+                metrics["micro_batches"] += 1
+                metrics["padded_tokens"] += batch.padded_tokens
+                metrics["real_tokens"] += batch.real_tokens
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.trainable_parameters(), s.grad_clip)
+            grad_norms.append(float(grad_norm))
+            self.optimizer.step()
+        metrics["lr"] = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        model.eval()
+        self.policy.sync_generator()
+        metrics["grad_norm"] = max(grad_norms) if grad_norms else 0.0
+        metrics["tokens_trained"] = totals.tokens
+        metrics.update(totals.means())
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+
+
+def _split(samples: list[Sample], parts: int) -> list[list[Sample]]:
+    """`parts` contiguous, nearly equal slices (fewer when there are fewer samples)."""
+    parts = max(1, min(parts, len(samples)))
+    size, extra = divmod(len(samples), parts)
+    out, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        out.append(samples[start:end])
+        start = end
+    return [p for p in out if p]

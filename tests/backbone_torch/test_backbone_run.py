@@ -1,0 +1,196 @@
+"""`astuner run --backbone torch` on the tiny model: records, kill-and-resume, LoRA."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+torch = pytest.importorskip("torch")
+
+import astuner_backbone_torch.plugin as torch_plugin  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from astuner.cli import make_app  # noqa: E402
+from astuner.record import read_trajectories  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+STEPS = 2
+
+
+def write_conf(folder: Path, tiny_model_dir: Path, name: str, **extra: dict) -> Path:
+    block = {
+        "experiment_name": name,
+        "model": {"path": str(tiny_model_dir)},
+        "task_reader": {"type": "arith", "arith": {"train_size": 6, "validation_size": 2}},
+        "data": {"train_batch_size": 2},
+        "rollout": {
+            "agentscope_workflow": "tiny_workflows->TwoTurn",
+            "num_repeat": 3,
+            "temperature": 1.0,
+            "max_response_length_in_one_turn": 8,
+            # Long enough that every request of a turn lands in one batch: same batches, same samples.
+            "engines": {"transformers": {"batch_wait_ms": 200, "num_threads": 1}},
+        },
+        "trainer_common": {
+            "total_training_steps": STEPS,
+            "save_freq": 1,
+            "test_freq": 2,
+            "optim": {"lr": 1e-3},
+            "seed": 7,
+        },
+        "torch": {"train_dtype": "float32", "gen_dtype": "float32", "num_threads": 1},
+    }
+    for key, value in extra.items():
+        block[key] = {**block.get(key, {}), **value}
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"astuner": block}), encoding="utf-8")
+    return path
+
+
+def astuner_run(conf: Path, *overrides: str, env: dict | None = None) -> subprocess.Popen:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("ASTUNER_")}
+    environment["PYTHONPATH"] = os.pathsep.join([str(HERE), environment.get("PYTHONPATH", "")])
+    environment.update(env or {})
+    command = [sys.executable, "-m", "astuner", "run", "--conf", str(conf), "--backbone", "torch"]
+    for override in overrides:
+        command += ["-o", override]
+    return subprocess.Popen(
+        command, cwd=conf.parent, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def finish(process: subprocess.Popen) -> str:
+    output, _ = process.communicate(timeout=240)
+    assert process.returncode == 0, output
+    return output
+
+
+def run_folders(root: Path, name: str) -> list[Path]:
+    return sorted((root / "launcher_record" / name).iterdir())
+
+
+def weights(checkpoint: Path) -> dict[str, torch.Tensor]:
+    return load_file(checkpoint / "model.safetensors")
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory, tiny_model_dir: Path) -> Path:
+    """One uninterrupted 3-step run; its experiment folder."""
+    folder = tmp_path_factory.mktemp("base")
+    finish(astuner_run(write_conf(folder, tiny_model_dir, "straight")))
+    (run,) = run_folders(folder, "straight")
+    return run
+
+
+@pytest.mark.slow
+def test_a_run_leaves_metrics_tensorboard_rollouts_and_loadable_checkpoints(base_run: Path) -> None:
+    records = [json.loads(line) for line in (base_run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2]
+    for key in (
+        "train/reward_mean",
+        "train/success_rate",
+        "train/zero_adv_group_frac",
+        "train/merge_ratio",
+        "actor/kl",
+        "actor/clip_frac",
+        "actor/grad_norm",
+        "actor/entropy",
+        "actor/tokens_trained",
+        "timing/rollout_s",
+        "timing/update_s",
+    ):
+        assert key in records[0], key
+    assert records[0]["train/merge_ratio"] > 1  # two calls per episode, merged into one sample
+    assert "val/reward_mean" in records[1] and "val/pass@1" in records[1]
+    assert list((base_run / "tensorboard").glob("events.out.tfevents.*"))
+    for step in range(1, STEPS + 1):
+        assert len(read_trajectories(base_run / "rollouts" / f"step_{step}.jsonl")) == 6
+    assert sorted(p.name for p in (base_run / "checkpoints").iterdir()) == ["step_1", "step_2"]
+    model = AutoModelForCausalLM.from_pretrained(base_run / "checkpoints" / "step_2")
+    trained = weights(base_run / "checkpoints" / "step_2")
+    first = weights(base_run / "checkpoints" / "step_1")
+    name = "model.layers.0.mlp.up_proj.weight"
+    assert torch.equal(model.state_dict()[name], trained[name])
+    assert not torch.equal(first[name], trained[name])
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_to_the_same_weights_bit_for_bit(
+    base_run: Path, tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    conf = write_conf(tmp_path, tiny_model_dir, "killed")
+    pause = tmp_path / "paused"
+    process = astuner_run(conf, env={"BT_PAUSE_GROUP": "step2-", "BT_PAUSE_FILE": str(pause)})
+    deadline = time.monotonic() + 240
+    while not pause.exists():
+        assert process.poll() is None, process.communicate()[0]
+        assert time.monotonic() < deadline, "the run never reached step 2"
+        time.sleep(0.2)
+    os.kill(process.pid, signal.SIGKILL)  # mid-step: step 2's rollouts are under way
+    process.communicate(timeout=60)
+    (killed,) = run_folders(tmp_path, "killed")
+    assert sorted(p.name for p in (killed / "checkpoints").iterdir()) == ["step_1"]
+
+    output = finish(astuner_run(conf, "trainer_common.resume=auto"))
+    assert "resumed" in output
+    resumed = next(p for p in run_folders(tmp_path, "killed") if p != killed)
+    records = [json.loads(line) for line in (resumed / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [2]
+    expected = weights(base_run / "checkpoints" / "step_2")
+    got = weights(resumed / "checkpoints" / "step_2")
+    assert expected.keys() == got.keys()
+    for name in expected:
+        assert torch.equal(expected[name], got[name]), name
+    straight_state = torch.load(base_run / "checkpoints" / "step_2" / "trainer_state.pt", weights_only=False)
+    resumed_state = torch.load(resumed / "checkpoints" / "step_2" / "trainer_state.pt", weights_only=False)
+    for a, b in zip(
+        straight_state["optimizer"]["state"].values(),
+        resumed_state["optimizer"]["state"].values(),
+        strict=True,
+    ):
+        assert torch.equal(a["exp_avg"], b["exp_avg"])
+
+
+@pytest.mark.slow
+def test_lora_run_saves_an_adapter_that_reloads_and_resumes(
+    plugins, workdir: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from peft import PeftModel
+
+    plugins.add(torch_plugin, name="backbone_torch")
+    monkeypatch.syspath_prepend(str(HERE))
+    lora = {"lora": {"rank": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}}
+    conf = write_conf(workdir, tiny_model_dir, "lora", model=lora)
+    app = make_app(plugins)
+    steps = ["-o", "trainer_common.total_training_steps=1", "-o", "trainer_common.test_freq=10"]
+    result = CliRunner().invoke(app, ["run", "--conf", str(conf), "--backbone", "torch", *steps])
+    assert result.exit_code == 0, result.output
+    (run,) = run_folders(workdir, "lora")
+    checkpoint = run / "checkpoints" / "step_1"
+    assert (checkpoint / "adapter_config.json").is_file()
+    assert (checkpoint / "adapter_model.safetensors").is_file()
+    assert not (checkpoint / "model.safetensors").exists()
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        plain = base(ids).logits
+        tuned = PeftModel.from_pretrained(base, checkpoint)(ids).logits
+    assert not torch.allclose(plain, tuned)  # the adapter learned something and was reloaded
+
+    result = CliRunner().invoke(
+        app, ["run", "--conf", str(conf), "--backbone", "torch", "-o", "trainer_common.resume=auto"]
+    )
+    assert result.exit_code == 0, result.output
+    resumed = next(p for p in run_folders(workdir, "lora") if p != run)
+    assert sorted(p.name for p in (resumed / "checkpoints").iterdir()) == ["step_2"]
+    adapter = load_file(resumed / "checkpoints" / "step_2" / "adapter_model.safetensors")
+    assert any("lora_B" in name and adapter[name].abs().sum() > 0 for name in adapter)

@@ -1,0 +1,87 @@
+"""Checkpoints: written atomically, found by resume=auto, refused when incomplete."""
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from astuner_backbone_torch.checkpoint import (  # noqa: E402
+    latest_checkpoint,
+    read_checkpoint,
+    resume_from,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+
+from astuner.config import load_config  # noqa: E402
+from astuner.errors import ConfigError  # noqa: E402
+
+
+def _save(root: Path, step: int, marker: str = "m") -> Path:
+    return save_checkpoint(
+        root,
+        step,
+        save_model=lambda folder: (folder / "model.txt").write_text(marker),
+        tensors={"rng": rng_state()},
+        state={"data": {"epoch": 0, "batch": step}},
+    )
+
+
+def test_save_writes_a_complete_folder_and_leaves_no_temporary_ones(tmp_path: Path) -> None:
+    path = _save(tmp_path / "checkpoints", 3)
+    assert path.name == "step_3"
+    assert sorted(p.name for p in path.iterdir()) == ["model.txt", "trainer_state.json", "trainer_state.pt"]
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step_3"]
+    ckpt = read_checkpoint(path)
+    assert ckpt is not None and ckpt.step == 3 and ckpt.state["data"]["batch"] == 3
+    # Saving the same step again replaces it whole.
+    _save(tmp_path / "checkpoints", 3, marker="again")
+    assert (path / "model.txt").read_text() == "again"
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step_3"]
+
+
+def test_a_failed_save_leaves_nothing_that_looks_like_a_checkpoint(tmp_path: Path) -> None:
+    def explode(folder: Path) -> None:
+        (folder / "model.txt").write_text("half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        save_checkpoint(tmp_path, 5, save_model=explode, tensors={}, state={})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_latest_checkpoint_skips_half_written_folders_across_runs(tmp_path: Path) -> None:
+    experiment = tmp_path / "launcher_record" / "exp"
+    _save(experiment / "run1" / "checkpoints", 2)
+    _save(experiment / "run2" / "checkpoints", 4)
+    # A run killed while saving step 6: the temporary folder, or a folder without its state file.
+    (experiment / "run2" / "checkpoints" / ".step_6-abc").mkdir()
+    half = experiment / "run2" / "checkpoints" / "step_6"
+    half.mkdir()
+    (half / "model.safetensors").write_text("partial")
+    latest = latest_checkpoint(experiment)
+    assert latest is not None and latest.step == 4 and latest.path.parent.parent.name == "run2"
+
+    config = load_config(
+        None,
+        [
+            f"experiment_dir={tmp_path / 'launcher_record'}",
+            "experiment_name=exp",
+            "trainer_common.resume=auto",
+        ],
+    )
+    assert resume_from(config).step == 4
+    config.trainer_common.resume = "disable"
+    assert resume_from(config) is None
+    config.trainer_common.resume = str(half)
+    with pytest.raises(ConfigError, match="not a complete checkpoint"):
+        resume_from(config)
+
+
+def test_rng_state_round_trips() -> None:
+    state = rng_state()
+    first = torch.rand(3)
+    set_rng_state(state)
+    assert torch.equal(torch.rand(3), first)
