@@ -1,0 +1,151 @@
+"""The viewer's HTTP side: a JSON API over a `RecordStore` and the static page.
+
+Routes (all GET):
+
+- `/`: the page; `/static/<file>`: its script and style, only files
+  shipped in `astuner/logview/static/`.
+- `/api/runs`: the run list.
+- `/api/trajectories?run=&offset=&limit=&step=&task=&min_reward=&max_reward=&success=&madness=&error=&agent=`:
+  a filtered page of trajectory summaries (`success`, `madness`, `error`: `yes`/`no`).
+- `/api/trajectory?run=&file=&line=`: one trajectory: conversation, token samples, advantage.
+- `/api/metrics?run=`: the rows of `metrics.jsonl`.
+- `/api/file?run=&name=`: a text file inside the run folder (`config.yaml`, `astuner.log`), its last MiB.
+
+Unknown runs, files and lines answer 404. Every response forbids content
+sniffing and, through a content security policy, any script or style not
+served from here, as a second line of defence behind the page's own escaping.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+
+from astuner.logview.store import Filters, NotFound, RecordStore
+
+STATIC = Path(__file__).parent / "static"
+_FILE_TAIL = 1 << 20
+_MAX_PAGE = 500
+_SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": (
+        "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+    ),
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+def _finite(value: Any) -> Any:
+    """`value` with NaN and infinities replaced by None (JSON has no spelling for them)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+class _JSON(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        try:
+            text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        except ValueError:
+            text = json.dumps(_finite(content), ensure_ascii=False, separators=(",", ":"))
+        return text.encode("utf-8")
+
+
+def _flag(value: str | None, name: str) -> bool | None:
+    if value in (None, "", "any"):
+        return None
+    if value in ("yes", "true", "1"):
+        return True
+    if value in ("no", "false", "0"):
+        return False
+    raise HTTPException(400, f"{name} must be yes, no or any, not {value!r}")
+
+
+def create_app(root: Path, tokenizer: str | None = None) -> FastAPI:
+    """The viewer over the runs under `root` (a record root, an experiment or one run)."""
+    store = RecordStore(root, tokenizer=tokenizer)
+    app = FastAPI(title="astuner logview", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.store = store
+    shipped = {p.name: p for p in STATIC.iterdir() if p.is_file()}
+
+    @app.middleware("http")
+    async def security_headers(request: Request, call_next: Any) -> Response:
+        response = await call_next(request)
+        response.headers.update(_SECURITY_HEADERS)
+        return response
+
+    @app.exception_handler(NotFound)
+    async def not_found(request: Request, exc: NotFound) -> Response:
+        return _JSON({"detail": str(exc)}, status_code=404)
+
+    @app.get("/")
+    def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html", media_type="text/html")
+
+    @app.get("/static/{name}")
+    def static(name: str) -> FileResponse:
+        if name not in shipped:
+            raise NotFound(f"no static file {name!r}")
+        return FileResponse(shipped[name])
+
+    @app.get("/api/runs", response_class=_JSON)
+    def runs() -> _JSON:
+        return _JSON({"root": str(store.root), "runs": store.run_list()})
+
+    @app.get("/api/trajectories", response_class=_JSON)
+    def trajectories(
+        run: str,
+        offset: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=_MAX_PAGE)] = 50,
+        step: str | None = None,
+        task: str | None = None,
+        min_reward: float | None = None,
+        max_reward: float | None = None,
+        success: str | None = None,
+        madness: str | None = None,
+        error: str | None = None,
+        agent: str | None = None,
+    ) -> _JSON:
+        filters = Filters(
+            step=step or None,
+            task=task or None,
+            min_reward=min_reward,
+            max_reward=max_reward,
+            success=_flag(success, "success"),
+            madness=_flag(madness, "madness"),
+            error=_flag(error, "error"),
+            agent=agent or None,
+        )
+        return _JSON(store.page(run, filters, offset, limit))
+
+    @app.get("/api/trajectory", response_class=_JSON)
+    def trajectory(run: str, file: str, line: Annotated[int, Query(ge=0)]) -> _JSON:
+        return _JSON(store.trajectory(run, file, line))
+
+    @app.get("/api/metrics", response_class=_JSON)
+    def metrics(run: str) -> _JSON:
+        return _JSON({"rows": store.metrics(run)})
+
+    @app.get("/api/file")
+    def run_file(run: str, name: str) -> PlainTextResponse:
+        path = store.run_file(run, name)
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            handle.seek(max(0, size - _FILE_TAIL))
+            data = handle.read()
+        text = data.decode("utf-8", errors="replace")
+        if size > _FILE_TAIL:
+            text = f"[... first {size - _FILE_TAIL} bytes not shown ...]\n" + text
+        return PlainTextResponse(text)
+
+    return app

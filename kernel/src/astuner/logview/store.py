@@ -1,0 +1,204 @@
+"""The viewer's read side: runs under PATH, their rollout indexes, filtered pages, one trajectory.
+
+Everything a request names (a run, a rollout file, a file of a run) is
+looked up among what was found under PATH; anything else is `NotFound`.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from astuner.core.trajectory import Trajectory
+from astuner.logview.index import RolloutIndex, Summary
+from astuner.logview.runs import (
+    find_runs,
+    inside,
+    read_config,
+    read_metrics,
+    rollout_files,
+    run_info,
+    step_of,
+)
+from astuner.logview.tokens import TokenizerCache, trajectory_view
+
+_EAGER_INDEX_BYTES = 64 << 20
+
+
+class NotFound(LookupError):
+    """A run, file or trajectory that is not under PATH."""
+
+
+@dataclass
+class Filters:
+    """Trajectory list filters; None means "any"."""
+
+    step: str | None = None
+    task: str | None = None
+    min_reward: float | None = None
+    max_reward: float | None = None
+    success: bool | None = None
+    madness: bool | None = None
+    error: bool | None = None
+    agent: str | None = None
+
+    def match(self, s: Summary) -> bool:
+        if self.task and self.task.lower() not in s.task_id.lower():
+            return False
+        if self.min_reward is not None and (s.score is None or s.score < self.min_reward):
+            return False
+        if self.max_reward is not None and (s.score is None or s.score > self.max_reward):
+            return False
+        if self.success is not None and s.is_success is not self.success:
+            return False
+        if self.madness is not None and bool(s.madness) != self.madness:
+            return False
+        if self.error is not None and (s.error is not None) != self.error:
+            return False
+        return not (self.agent and self.agent not in s.agents)
+
+
+def step_label(file: Path) -> str:
+    """How a rollout file is named in the step filter: its step number, else its stem (`debug`)."""
+    step = step_of(file)
+    return str(step) if step is not None else file.stem
+
+
+class RecordStore:
+    """Runs under `root`, with one cached, incrementally refreshed index per rollout file."""
+
+    def __init__(self, root: Path, tokenizer: str | None = None) -> None:
+        self.root = root.resolve()
+        self.tokenizer_override = tokenizer
+        self.tokenizers = TokenizerCache()
+        self._indexes: dict[Path, RolloutIndex] = {}
+        self._lock = threading.Lock()
+
+    def runs(self) -> dict[str, Path]:
+        """Run id (path relative to the root) -> folder, searched afresh."""
+        return {path.relative_to(self.root).as_posix(): path for path in find_runs(self.root)}
+
+    def run(self, run_id: str) -> Path:
+        path = self.runs().get(run_id)
+        if path is None:
+            raise NotFound(f"no run {run_id!r} under {self.root}")
+        return path
+
+    def run_list(self) -> list[dict[str, Any]]:
+        """Every run with `mean_reward`: the last `reward/mean` metric, else the mean over its rollouts."""
+        out = []
+        for path in self.runs().values():
+            info = asdict(run_info(self.root, path))
+            info["mean_reward"] = self._mean_reward(path, info["last_metrics"])
+            out.append(info)
+        return out
+
+    def _mean_reward(self, run: Path, last_metrics: dict[str, Any]) -> float | None:
+        value = last_metrics.get("reward/mean")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        files = rollout_files(run)
+        # Large unopened runs are not read just to fill the list; opening the run indexes them.
+        if sum(f.stat().st_size for f in files if f not in self._indexes) > _EAGER_INDEX_BYTES:
+            return None
+        scores = [s.score for f in files for s in self.index(f).refresh() if s.score is not None]
+        return sum(scores) / len(scores) if scores else None
+
+    def index(self, file: Path) -> RolloutIndex:
+        with self._lock:
+            if file not in self._indexes:
+                self._indexes[file] = RolloutIndex(file)
+            return self._indexes[file]
+
+    def rollout_file(self, run_id: str, name: str) -> Path:
+        for file in rollout_files(self.run(run_id)):
+            if file.name == name:
+                return file
+        raise NotFound(f"no rollout file {name!r} in run {run_id!r}")
+
+    def tokenizer_path(self, config: dict[str, Any]) -> str:
+        """The tokenizer for a run: the override, else the run's `model.path` ("" if none)."""
+        return self.tokenizer_override or str((config.get("model") or {}).get("path") or "")
+
+    def page(self, run_id: str, filters: Filters, offset: int, limit: int) -> dict[str, Any]:
+        """One page of matching trajectories across the run's rollout files, in file then line order."""
+        run = self.run(run_id)
+        self.tokenizers.prefetch(self.tokenizer_path(read_config(run)))
+        files = rollout_files(run)
+        items: list[dict[str, Any]] = []
+        total = trajectories = 0
+        agents: set[str] = set()
+        bad_lines = 0
+        for file in files:
+            index = self.index(file)
+            summaries = index.refresh()
+            bad_lines += len(index.bad_lines)
+            trajectories += len(summaries)
+            for s in summaries:
+                agents.update(s.agents)
+            if filters.step is not None and step_label(file) != filters.step:
+                continue
+            for s in summaries:
+                if not filters.match(s):
+                    continue
+                if offset <= total < offset + limit:
+                    items.append({"file": file.name, "step": step_label(file), **s.as_dict()})
+                total += 1
+        return {
+            "total": total,
+            "offset": offset,
+            "limit": limit,
+            "items": items,
+            "steps": [step_label(f) for f in files],
+            "agents": sorted(agents),
+            "trajectories": trajectories,
+            "bad_lines": bad_lines,
+        }
+
+    def trajectory(self, run_id: str, file_name: str, line: int) -> dict[str, Any]:
+        """The full view of line `line` of a rollout file: conversation, samples, advantage."""
+        run = self.run(run_id)
+        index = self.index(self.rollout_file(run_id, file_name))
+        summary = index.find(line)
+        if summary is None:
+            raise NotFound(f"no trajectory on line {line} of {file_name}")
+        trajectory = Trajectory.model_validate_json(index.read(summary))
+        group = [trajectory]
+        if trajectory.group_id:
+            group += [
+                Trajectory.model_validate_json(index.read(s))
+                for s in index.summaries
+                if s.group_id == trajectory.group_id and s.line != line
+            ]
+        config = read_config(run)
+        algorithm = (config.get("trainer_common") or {}).get("algorithm") or {}
+        tokenizer_path = self.tokenizer_path(config)
+        tokenizer, problem = (None, "no model.path in config.yaml")
+        if tokenizer_path:
+            tokenizer, problem = self.tokenizers.get(tokenizer_path)
+        view = trajectory_view(
+            trajectory,
+            group,
+            tokenizer,
+            estimator=str(algorithm.get("adv_estimator", "grpo")),
+            gamma=float((config.get("rollout") or {}).get("gamma", 1.0)),
+        )
+        view.update(
+            file=file_name,
+            line=line,
+            step=step_label(index.path),
+            tokenizer={"path": tokenizer_path, "error": problem},
+        )
+        return view
+
+    def metrics(self, run_id: str) -> list[dict[str, Any]]:
+        return read_metrics(self.run(run_id))
+
+    def run_file(self, run_id: str, name: str) -> Path:
+        """A regular file inside the run folder, or NotFound (also for `..` and symlinks leading out)."""
+        target = inside(self.run(run_id), name)
+        if target is None or not target.is_file():
+            raise NotFound(f"no file {name!r} in run {run_id!r}")
+        return target

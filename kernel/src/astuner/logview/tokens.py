@@ -1,0 +1,161 @@
+"""What the trajectory view shows: the conversation turn by turn, and every training token.
+
+Training samples are built exactly as a backbone builds them
+(`merge_trajectory`), so the token view is what the loss sees: each token
+with its id, decoded text, loss mask and sampling log-prob, and the
+boundaries where one call's response starts inside a merged sample.
+The advantage is computed over the trajectory's group with the run's
+estimator, as the trainer would for that group.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from astuner.core.advantages import compute_advantages
+from astuner.core.merge import merge_trajectory
+from astuner.core.tokenizer import ChatTokenizer, load_tokenizer
+from astuner.core.trajectory import LLMCall, Sample, Trajectory
+
+
+class TokenizerCache:
+    """Tokenizers by path, loaded once; a path that fails is remembered with its error."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, tuple[ChatTokenizer | None, str | None]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, path: str) -> tuple[ChatTokenizer | None, str | None]:
+        """`(tokenizer, None)`, or `(None, why it could not be loaded)`."""
+        with self._lock:
+            if path not in self._loaded:
+                try:
+                    self._loaded[path] = (load_tokenizer(path), None)
+                except Exception as exc:
+                    self._loaded[path] = (None, f"{type(exc).__name__}: {exc}")
+            return self._loaded[path]
+
+    def prefetch(self, path: str) -> None:
+        """Start loading `path` in the background (importing transformers takes seconds)."""
+        if path and path not in self._loaded:
+            threading.Thread(target=self.get, args=(path,), name="logview-tokenizer", daemon=True).start()
+
+
+def token_texts(tokenizer: ChatTokenizer | None, ids: Sequence[int]) -> list[str] | None:
+    """Each token decoded on its own (special tokens kept); None without a tokenizer.
+
+    A character split over several byte-level tokens shows as U+FFFD on
+    each of them, as per-token decoding must.
+    """
+    if tokenizer is None:
+        return None
+    unique = sorted(set(ids))
+    texts = tokenizer.hf.backend_tokenizer.decode_batch([[i] for i in unique], skip_special_tokens=False)
+    by_id = dict(zip(unique, texts, strict=True))
+    return [by_id[i] for i in ids]
+
+
+def sample_view(sample: Sample, tokenizer: ChatTokenizer | None) -> dict[str, Any]:
+    """One sample as columns of equal length `T`: ids, text (or null), mask, logprob (null off-mask)."""
+    logprobs = sample.old_logprobs
+    return {
+        "agent": sample.agent_name,
+        "calls": sample.call_indices,
+        "ids": sample.input_ids,
+        "text": token_texts(tokenizer, sample.input_ids),
+        "mask": sample.loss_mask,
+        "logprobs": [
+            (logprobs[t] if logprobs is not None and m else None) for t, m in enumerate(sample.loss_mask)
+        ],
+        "spans": [list(span) for span in sample.response_spans],
+        "advantages": sample.advantages,
+        "trained_tokens": sample.num_trained_tokens,
+    }
+
+
+def _response(call: LLMCall) -> dict[str, Any]:
+    return {
+        "content": call.content,
+        "reasoning": call.reasoning,
+        "tool_calls": [tc.model_dump() for tc in call.tool_calls],
+        "tool_call_errors": [e.model_dump() for e in call.tool_call_errors],
+        "finish_reason": call.finish_reason,
+        "trainable": call.trainable,
+        "madness": call.madness,
+        "prompt_tokens": len(call.prompt_ids),
+        "response_tokens": len(call.response_ids),
+    }
+
+
+def conversation(calls: Sequence[LLMCall]) -> list[dict[str, Any]]:
+    """Each call's messages not already shown by the same agent's previous call, then its reply.
+
+    A call usually repeats its agent's whole history; only what is new
+    (tool results, user turns) is kept, and the previous reply, which comes
+    back as an assistant message, is not shown twice.
+    """
+    shown: dict[str, list[dict[str, Any]]] = {}
+    turns = []
+    for call in calls:
+        before = shown.get(call.agent_name, [])
+        common = 0
+        while common < min(len(before), len(call.messages)) and before[common] == call.messages[common]:
+            common += 1
+        new = call.messages[common:]
+        if common == len(before) and before and new and new[0].get("role") == "assistant":
+            new = new[1:]
+        shown[call.agent_name] = list(call.messages)
+        turns.append(
+            {
+                "call": call.index,
+                "agent": call.agent_name,
+                "tools": [t.get("function", t).get("name", "") for t in call.tools or []],
+                "messages": new,
+                "response": _response(call),
+            }
+        )
+    return turns
+
+
+def trajectory_view(
+    trajectory: Trajectory,
+    group: Sequence[Trajectory],
+    tokenizer: ChatTokenizer | None,
+    estimator: str,
+    gamma: float,
+) -> dict[str, Any]:
+    """Everything the trajectory page shows, with token ids replaced by the samples' columns."""
+    samples, report = merge_trajectory(trajectory)
+    advantage: dict[str, Any] = {"estimator": estimator, "group_size": len(group), "steps": None}
+    try:
+        adv = compute_advantages(group, samples, estimator=estimator, gamma=gamma)
+    except (KeyError, ValueError) as exc:
+        advantage["error"] = str(exc)
+    else:
+        samples = adv.samples or samples
+        advantage["steps"] = adv.step_advantages.get(trajectory.trajectory_id)
+        advantage["zero_variance"] = trajectory.group_id in adv.zero_variance_groups
+    return {
+        "trajectory_id": trajectory.trajectory_id,
+        "task_id": trajectory.task_id,
+        "group_id": trajectory.group_id,
+        "reward": trajectory.reward,
+        "is_success": trajectory.is_success,
+        "madness": trajectory.madness,
+        "error": trajectory.error,
+        "metrics": trajectory.metrics,
+        "timings": trajectory.timings,
+        "tracker": trajectory.tracker.model_dump(),
+        "metadata": trajectory.metadata,
+        "advantage": advantage,
+        "merge": {
+            "calls": report.calls,
+            "samples": report.samples,
+            "tokens": report.tokens_trained,
+            "tokens_unmerged": report.tokens_unmerged,
+        },
+        "turns": conversation(trajectory.calls),
+        "samples": [sample_view(s, tokenizer) for s in samples],
+    }

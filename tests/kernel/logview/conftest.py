@@ -1,0 +1,61 @@
+"""Fixtures: real experiment folders (see `logview_records`) and viewers on free ports."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from logview_records import TASKS, debug_run
+
+from astuner.logview import LogviewServer, start_logview
+from astuner.testing.tokenizers import qwen25_tokenizer
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("qwen25-tokenizer")
+    qwen25_tokenizer().save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def record_root(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Path:
+    """`launcher_record/` with experiment `calc` (10 trajectories) and `long` (one of ~20k tokens).
+
+    The `calc` run also gets a `metrics.jsonl` in the form training
+    backbones write (the debug backbone writes none), for the charts.
+    """
+    root = tmp_path_factory.mktemp("record")
+    calc = debug_run(root, tokenizer_dir, "calc", "calc_agent", TASKS, repeat=2)
+    rows = [
+        {"step": s, "reward/mean": 0.1 * s, "success/rate": 0.05 * s, "tokens/mean": 100 + s, "time/s": 2.0}
+        for s in range(1, 6)
+    ]
+    rows[0]["reward/std"] = float("nan")
+    (calc / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    long_task = {"id": "long-1", "question": "talk", "answer": ""}
+    debug_run(root, tokenizer_dir, "long", "long_chat", [long_task], repeat=1)
+    return root / "launcher_record"
+
+
+@pytest.fixture(scope="session")
+def calc_run(record_root: Path) -> Path:
+    (run,) = (record_root / "calc").iterdir()
+    return run
+
+
+@pytest.fixture
+def serve() -> Iterator:
+    """`serve(path, **kwargs)` starts a viewer on a free port; all are stopped after the test."""
+    started: list[LogviewServer] = []
+
+    def start(path: Path, **kwargs: object) -> LogviewServer:
+        viewer = start_logview(path, port=0, **kwargs)
+        started.append(viewer)
+        return viewer
+
+    yield start
+    for viewer in started:
+        viewer.stop()

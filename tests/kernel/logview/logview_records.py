@@ -1,0 +1,167 @@
+"""Real experiment folders for the viewer's tests, written by `astuner run --backbone debug`.
+
+A scripted engine (real tokenizer, deterministic replies, log-prob -0.25
+per token) drives two workflows registered through a test plugin:
+
+- `calc_agent`: asks the model, which calls the `calculate` tool, gets the
+  result back and answers; the second repeat of each task answers wrongly,
+  so groups have reward variance. Tasks also cover `<script>` text in model
+  output, a generation loop (the `nonsense` madness check) and a workflow
+  that raises.
+- `long_chat`: 30 user turns with long replies, one merged sample of about
+  20k tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import yaml
+from typer.testing import CliRunner
+
+from astuner import hookimpl
+from astuner.cli import make_app
+from astuner.core.task import WorkflowOutput
+from astuner.core.tokenizer import ChatTokenizer
+from astuner.plugins import Plugins
+from astuner.rollout.workflow import Workflow
+from astuner.testing.engines import ScriptedEngine
+from astuner.testing.tokenizers import qwen25_tokenizer
+
+SCRIPT = "<script>window.__pwned = 1</script>"
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculate",
+            "description": "Add up an expression like '2 + 3'.",
+            "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
+        },
+    }
+]
+TASKS = [
+    {"id": "add-1", "question": "What is 2 + 3?", "answer": "5"},
+    {"id": "add-2", "question": "What is 40 + 2?", "answer": "42"},
+    {"id": "echo", "question": f"Echo this back: {SCRIPT}", "answer": "none"},
+    {"id": "sing", "question": "Sing la for me", "answer": "none"},
+    {"id": "explode", "question": "explode", "answer": "none"},
+]
+LONG_TURNS = 30
+_PARAGRAPH = (
+    "Reinforcement learning trains the policy on its own samples; each reply is scored, "
+    "the advantage says how much better than the group it was, and the loss raises the "
+    "probability of the tokens that did well. "
+)
+
+
+class CalcWorkflow(Workflow):
+    """Ask, run the calculator tool calls the model makes, and answer."""
+
+    async def execute(self, workflow_task, model_tuner):
+        task = workflow_task.task
+        if task.main_query == "explode":
+            raise RuntimeError("the calculator exploded <b>boom</b>")
+        question = task.main_query
+        if workflow_task.repeat_index:
+            question += f" (attempt {workflow_task.repeat_index})"
+        messages = [
+            {"role": "system", "content": "You are a careful calculator agent."},
+            {"role": "user", "content": question},
+        ]
+        call = await model_tuner.chat(messages, TOOLS)
+        while call.tool_calls:
+            calls = [c.to_openai() for c in call.tool_calls]
+            messages.append({"role": "assistant", "content": call.content, "tool_calls": calls})
+            for tool_call in call.tool_calls:
+                numbers = re.findall(r"\d+", json.loads(tool_call.arguments)["expression"])
+                result = sum(int(n) for n in numbers)
+                messages.append({"role": "tool", "tool_call_id": tool_call.id, "content": str(result)})
+            call = await model_tuner.chat(messages, TOOLS)
+        answer = re.search(r"answer is (\d+)", call.content)
+        return WorkflowOutput(
+            response=call.content, metadata={"final_answer": answer.group(1) if answer else call.content}
+        )
+
+
+class LongChatWorkflow(Workflow):
+    """Thirty user turns, each answered at length: one long merged sample."""
+
+    async def execute(self, workflow_task, model_tuner):
+        messages = [{"role": "system", "content": "You explain things at length."}]
+        for turn in range(LONG_TURNS):
+            messages.append({"role": "user", "content": f"Turn {turn}: tell me more."})
+            call = await model_tuner.chat(messages)
+            messages.append({"role": "assistant", "content": call.content})
+        return WorkflowOutput(reward=1.0, is_success=True, response=messages[-1]["content"])
+
+
+def respond(prompt: str) -> str:
+    """The scripted model: reads the conversation so far and writes the next reply."""
+    last_user = prompt.rsplit("<|im_start|>user\n", 1)[-1]
+    if last_user.startswith("Turn "):
+        return _PARAGRAPH * 6
+    if "<tool_response>" in last_user:
+        result = re.findall(r"<tool_response>\n(\d+)", last_user)[-1]
+        return f"The answer is {result}."
+    if "Echo this back" in last_user:
+        return f"You said: {SCRIPT}"
+    if "Sing la" in last_user:
+        return "la " * 60
+    a, b = re.search(r"What is (\d+) \+ (\d+)", last_user).groups()
+    if "attempt" in last_user:
+        b = str(int(b) + 1)
+    call = {"name": "calculate", "arguments": {"expression": f"{a} + {b}"}}
+    return f"Let me calculate.\n<tool_call>\n{json.dumps(call)}\n</tool_call>"
+
+
+def _test_plugin(tokenizer_dir: Path) -> SimpleNamespace:
+    def register_workflows(register):
+        register("calc_agent", CalcWorkflow)
+        register("long_chat", LongChatWorkflow)
+
+    def register_engines(register):
+        def scripted(config):
+            engine = ScriptedEngine(ChatTokenizer(qwen25_tokenizer()), respond)
+            engine.tokenizer_path = str(tokenizer_dir)
+            return engine
+
+        register("scripted", scripted)
+
+    return SimpleNamespace(
+        register_workflows=hookimpl(register_workflows), register_engines=hookimpl(register_engines)
+    )
+
+
+def debug_run(
+    root: Path, tokenizer_dir: Path, name: str, workflow: str, tasks: list[dict], repeat: int
+) -> Path:
+    """Run `astuner run --backbone debug` on `tasks`; return the run folder it wrote."""
+    tasks_file = root / f"{name}-tasks.jsonl"
+    tasks_file.write_text("".join(json.dumps(t) + "\n" for t in tasks), encoding="utf-8")
+    config = {
+        "astuner": {
+            "experiment_name": name,
+            "experiment_dir": str(root / "launcher_record"),
+            "model": {"path": str(tokenizer_dir)},
+            "task_reader": {"type": "jsonl", "jsonl": {"validation_file": str(tasks_file), "id_field": "id"}},
+            "task_judge": {"judge_protocol": "exact"},
+            "rollout": {
+                "agentscope_workflow": workflow,
+                "engine": "scripted",
+                "max_response_length_in_one_turn": 1024,
+                "max_model_len": 65536,
+            },
+            "debug": {"debug_first_n_tasks": len(tasks), "num_repeat": repeat, "debug_max_parallel": 4},
+        }
+    }
+    conf = root / f"{name}.yaml"
+    conf.write_text(yaml.safe_dump(config), encoding="utf-8")
+    plugins = Plugins(load_entry_points=False)
+    plugins.add(_test_plugin(tokenizer_dir), name="logview_test")
+    result = CliRunner().invoke(make_app(plugins), ["run", "--conf", str(conf), "--backbone", "debug"])
+    assert result.exit_code == 0, result.output
+    (run,) = (root / "launcher_record" / name).iterdir()
+    return run

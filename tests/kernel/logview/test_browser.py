@@ -1,0 +1,201 @@
+"""The viewer page in headless Chromium (Debian's `chromium`), driven by Playwright.
+
+Runs -> trajectories -> token view on records written by a real debug run:
+hover a token and read its log-prob, check the colours of trained and
+untrained tokens, filters, escaping of model text, metrics charts, a
+20k-token trajectory. Screenshots are kept in `test-artifacts/`.
+"""
+
+from __future__ import annotations
+
+import colorsys
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from logview_records import LONG_TURNS, SCRIPT
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need `pip install playwright`")
+expect = sync_api.expect
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+BLUE, ORANGE = "#09ABCF", "#D98510"
+
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(), reason="needs Chromium: apt-get install -y chromium chromium-driver"
+)
+
+
+def expected_colour(hex_colour: str, logprob: float | None) -> tuple[int, int, int]:
+    """The origin's shading: saturation x (1/3 .. 1) as the log-prob goes from -7 to 0."""
+    clipped = 0.0 if logprob is None else max(-7.0, min(0.0, logprob))
+    factor = 1 / 3 + 2 / 3 * (1 - clipped / -7)
+    r, g, b = (int(hex_colour[i : i + 2], 16) / 255 for i in (1, 3, 5))
+    h, lightness, s = colorsys.rgb_to_hls(r, g, b)
+    return tuple(round(v * 255) for v in colorsys.hls_to_rgb(h, lightness, s * factor))
+
+
+def background(locator) -> tuple[int, int, int]:
+    css = locator.evaluate("e => getComputedStyle(e).backgroundColor")
+    return tuple(int(v) for v in re.findall(r"\d+", css)[:3])
+
+
+def close_to(actual: tuple[int, ...], wanted: tuple[int, ...]) -> bool:
+    return all(abs(a - w) <= 1 for a, w in zip(actual, wanted, strict=True))
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser) -> Iterator:
+    context = browser.new_context(viewport={"width": 1500, "height": 950})
+    tab = context.new_page()
+    errors: list[str] = []
+    tab.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield tab
+    context.close()
+    assert errors == [], errors
+
+
+def open_run(page, url: str, experiment: str) -> None:
+    page.goto(url)
+    page.locator(".run-row", has_text=experiment).click()
+    page.wait_for_selector(".trajectory-row")
+
+
+def test_run_trajectory_token_view(page, serve, record_root: Path) -> None:
+    viewer = serve(record_root)
+    open_run(page, viewer.url, "calc")
+    assert page.locator(".trajectory-row").count() == 10
+    page.locator(".trajectory-row", has_text="add-1").first.click()
+    page.wait_for_selector(".tok.trained")
+
+    summary = page.locator(".summary")
+    assert summary.locator(".reward").inner_text() == "1"
+    assert summary.locator(".advantage").inner_text().startswith("[0.7071, 0.7071] (grpo, group of 2")
+    assert page.locator(".tool-call .tool-name").first.inner_text() == "→ calculate"
+    assert page.locator(".message.role-tool pre").first.inner_text() == "5"
+
+    api = httpx.get(
+        viewer.url + "api/trajectory",
+        params={"run": page.evaluate("state.run"), "file": "debug.jsonl", "line": 0},
+        timeout=30,
+    ).json()
+    (sample,) = api["samples"]
+    first_trained = sample["mask"].index(1)
+
+    trained = page.locator(".tok.trained").first
+    trained.scroll_into_view_if_needed()
+    trained.hover()
+    tip = page.locator("#tooltip")
+    assert tip.is_visible()
+    text = tip.inner_text()
+    assert f"token {first_trained} · id {sample['ids'][first_trained]}" in text
+    assert "logprob -0.2500" in text
+    assert "loss mask 1" in text
+    assert background(trained) == expected_colour(BLUE, -0.25)
+    assert trained.inner_text() == sample["text"][first_trained]
+
+    untrained = page.locator(".tok.untrained").first
+    untrained.hover()
+    assert "logprob N/A" in tip.inner_text() and "loss mask 0" in tip.inner_text()
+    assert close_to(background(untrained), (0xD9, 0x85, 0x10))
+    assert background(trained) != background(untrained)
+
+    boundaries = page.locator(".boundary").all_inner_texts()
+    assert boundaries == ["call 0", "▸ reply", "call 1", "▸ reply"]
+    assert page.locator(".tok").count() == len(sample["ids"])
+
+    page.locator(".token-view").scroll_into_view_if_needed()
+    trained.hover()
+    page.screenshot(path=str(ARTIFACTS / "logview-token-view.png"))
+
+
+def test_model_text_shows_as_text(page, serve, record_root: Path) -> None:
+    open_run(page, serve(record_root).url, "calc")
+    page.locator(".trajectory-row", has_text="echo").first.click()
+    page.wait_for_selector(".tok.trained")
+    assert page.locator(".generated pre.content").first.inner_text() == f"You said: {SCRIPT}"
+    assert SCRIPT in page.locator(".tokens").first.inner_text()
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("script").count() == 1  # only app.js
+
+
+def test_filters_error_and_madness(page, serve, record_root: Path) -> None:
+    open_run(page, serve(record_root).url, "calc")
+    page.select_option("select[name=error]", "yes")
+    expect(page.locator(".trajectory-row")).to_have_count(2)
+    assert set(page.locator(".trajectory-row td:nth-child(2)").all_inner_texts()) == {"explode"}
+    page.locator(".trajectory-row").first.click()
+    traceback = page.locator(".traceback")
+    traceback.wait_for()
+    assert "RuntimeError: the calculator exploded <b>boom</b>" in traceback.inner_text()
+    assert page.locator("#detail b").count() == 0
+    assert "the workflow raised" in page.locator(".token-view").inner_text()
+
+    page.select_option("select[name=error]", "")
+    page.select_option("select[name=madness]", "yes")
+    expect(page.locator(".trajectory-row td:nth-child(2)")).to_have_text(["sing", "sing"])
+    assert page.locator(".trajectory-row .flag.madness").count() == 2
+
+    page.select_option("select[name=madness]", "")
+    page.fill("input[name=task]", "add")
+    expect(page.locator(".trajectory-row")).to_have_count(4)
+    page.fill("input[name=min_reward]", "0.5")
+    expect(page.locator(".trajectory-row")).to_have_count(2)
+
+
+def test_metrics_charts(page, serve, record_root: Path) -> None:
+    open_run(page, serve(record_root).url, "calc")
+    page.click("#tabs button[data-tab=metrics]")
+    page.wait_for_selector(".chart")
+    keys = page.eval_on_selector_all(".chart", "charts => charts.map(c => c.dataset.key)")
+    assert keys == ["reward/mean", "success/rate", "tokens/mean", "time/s"]
+    assert page.locator(".chart polyline").count() == 4
+    page.click("#tabs button[data-tab=config]")
+    page.wait_for_selector("pre.file")
+    assert "backbone: debug" in page.locator("pre.file").inner_text()
+
+
+def test_a_link_opens_the_trajectory(page, serve, record_root: Path, calc_run: Path) -> None:
+    viewer = serve(record_root)
+    page.goto(f"{viewer.url}#run=calc/{calc_run.name}&file=debug.jsonl&line=2")
+    page.wait_for_selector(".tok.trained")
+    assert "add-2" in page.locator(".summary").inner_text()
+    assert page.locator(".trajectory-row.selected td:nth-child(2)").inner_text() == "add-2"
+
+
+def test_a_20k_token_trajectory_renders(page, serve, record_root: Path) -> None:
+    open_run(page, serve(record_root).url, "long")
+    page.locator(".trajectory-row").first.click()
+    page.wait_for_selector(".tok.trained")
+    turns = page.locator(".turn").count()
+    tokens = page.locator(".tok").count()
+    assert turns == LONG_TURNS
+    assert tokens >= 20_000
+    last = page.locator(".tok").last
+    last.scroll_into_view_if_needed()
+    last.hover()
+    assert f"token {tokens - 1} ·" in page.locator("#tooltip").inner_text()
+    page.screenshot(path=str(ARTIFACTS / "logview-long-trajectory.png"))

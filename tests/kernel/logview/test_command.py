@@ -1,0 +1,95 @@
+"""`astuner logview` and `start_logview`: start, serve, refuse bad input, stop."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from astuner.cli import make_app
+from astuner.default_plugins import logview_command
+from astuner.errors import AstunerError
+from astuner.logview import start_logview
+from astuner.plugins import Plugins
+
+
+def app_with_logview():
+    plugins = Plugins(load_entry_points=False)
+    plugins.add(logview_command, name="logview_command")
+    return make_app(plugins)
+
+
+def test_command_is_listed() -> None:
+    result = CliRunner().invoke(app_with_logview(), ["logview", "--help"])
+    assert result.exit_code == 0
+    assert "--port" in result.output and "--host" in result.output
+
+
+def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app_with_logview(), ["logview", str(tmp_path / "nope"), "--port", "0"])
+    assert result.exit_code == 1
+    assert f"{tmp_path / 'nope'} is not a folder" in result.output
+
+
+def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(AstunerError, match=rf"127\.0\.0\.1:{port}.*--port"):
+            start_logview(tmp_path, port=port)
+
+
+def test_handle_serves_until_stopped(record_root: Path) -> None:
+    viewer = start_logview(record_root, port=0)
+    assert viewer.url.startswith("http://127.0.0.1:")
+    assert httpx.get(viewer.url, timeout=10).status_code == 200
+    viewer.stop()
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(viewer.url, timeout=2)
+
+
+@pytest.mark.slow
+def test_command_serves_until_interrupted(record_root: Path) -> None:
+    script = textwrap.dedent(
+        """
+        import sys
+        from astuner.cli import make_app
+        from astuner.default_plugins import logview_command
+        from astuner.plugins import Plugins
+
+        plugins = Plugins(load_entry_points=False)
+        plugins.add(logview_command, name="logview_command")
+        make_app(plugins)(["logview", sys.argv[1], "--port", "0"])
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(record_root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "open http://" in line:
+                break
+        assert "2 run(s) under" in lines[0], lines
+        url = lines[-1].split("open ", 1)[1].split()[0]
+        assert url.startswith("http://127.0.0.1:")
+        runs = httpx.get(url + "api/runs", timeout=30).json()["runs"]
+        assert {r["experiment"] for r in runs} == {"calc", "long"}
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
