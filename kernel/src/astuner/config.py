@@ -171,7 +171,10 @@ class TrainerCommonConfig(Section):
     clip_ratio_high: float = Field(0.2, ge=0, description="PPO clip: ratio ceiling is 1 + clip_ratio_high.")
     grad_clip: float = Field(1.0, gt=0, description="Gradient norm clipping threshold.")
     max_token_len_per_gpu: int = Field(
-        16384, ge=1, description="Token budget of one micro-batch (rows x longest row)."
+        4096,
+        ge=1,
+        description="Token budget of one micro-batch (rows x longest row); activation memory grows with "
+        "it (SmolLM2-135M: about 1.5 MB per token on CPU). Raise it on a large GPU.",
     )
     ulysses_sequence_parallel_size: int = Field(1, ge=1)
     resume: str = Field("disable", description="disable, auto, or a checkpoint folder.")

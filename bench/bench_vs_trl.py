@@ -1,0 +1,333 @@
+"""Seconds per GRPO step: astuner's `torch` backbone against TRL's GRPOTrainer, on CPU.
+
+Both sides train SmolLM2-135M-Instruct (`builtin:smollm2-135m-instruct`) on
+the same a+b prompts in the same order with the same exact-answer reward:
+8 prompts x 4 generations per step, at most 128 new tokens, temperature 1,
+learning rate 1e-5 (constant), AdamW without weight decay, gradient
+clipping 1.0, no KL, a token-mean loss (TRL's `dapo`), bf16 autocast over
+float32 weights (TRL's `bf16=True`; gradient checkpointing off on both).
+Each side runs in its own process; runs alternate A/B/A/B so both see the
+same machine load. Printed: per-step times, the median seconds per step of
+each and the ratio TRL / astuner (with the generation and update parts).
+
+TRL is not a dependency of astuner: the first run builds a throw-away
+virtual environment under the system temp folder that sees the project's
+.venv (a .pth file) and adds TRL there; later runs reuse it.
+
+    .venv/bin/python bench/bench_vs_trl.py                   # 2 rounds x 4 steps per side, ~25 min
+    .venv/bin/python bench/bench_vs_trl.py --rounds 1 --steps 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+TRL_VERSION = "1.16.0"
+PROMPTS, GENERATIONS, NEW_TOKENS, LR, SEED = 8, 4, 128, 1e-5, 0
+SUFFIX = " Reply with the number only."
+_NUMBER = re.compile(r"-?\d+")
+
+
+# ---------------------------------------------------------------- shared task
+
+
+def problems(n: int) -> list[dict[str, str]]:
+    """`n` a+b questions (a, b in 2..20) with their answers, the same on every run."""
+    rng = random.Random(SEED)
+    out = []
+    for i in range(n):
+        a, b = rng.randint(2, 20), rng.randint(2, 20)
+        out.append({"id": f"add-{i:03d}", "question": f"What is {a} + {b}?{SUFFIX}", "answer": str(a + b)})
+    return out
+
+
+def reward(text: str, answer: str) -> float:
+    """1.0 when the last integer of the reply is the answer."""
+    return 1.0 if _NUMBER.findall(text)[-1:] == [answer] else 0.0
+
+
+def step_order(tasks: list[dict[str, str]], steps: int) -> list[list[dict[str, str]]]:
+    """The prompts of each step, in astuner's own data order (so TRL gets exactly the same)."""
+    from astuner_backbone_torch.data import TaskStream
+
+    from astuner.core.task import Task
+
+    by_id = {t["id"]: t for t in tasks}
+    stream = TaskStream([Task(task_id=t["id"], main_query=t["question"]) for t in tasks], PROMPTS, SEED)
+    return [[by_id[task.task_id] for task in stream.next_batch()] for _ in range(steps)]
+
+
+def emit(record: dict[str, Any]) -> None:
+    print("STEP " + json.dumps(record), flush=True)
+
+
+# ---------------------------------------------------------------- side A: astuner
+
+
+async def add_workflow(task: dict, model: Any) -> Any:
+    from astuner.core.task import WorkflowOutput
+
+    call = await model.chat([{"role": "user", "content": task["question"]}])
+    return WorkflowOutput(response=call.content, reward=reward(call.content, task["answer"]))
+
+
+def run_astuner(steps: int, workdir: Path) -> None:
+    import yaml
+    from astuner_backbone_torch.backbone import TorchBackbone
+    from astuner_backbone_torch.settings import TorchSettings
+
+    from astuner.config import load_config
+    from astuner.plugins import Plugins
+    from astuner.protocols import RunContext
+    from astuner.record import ExperimentDir
+
+    tasks = problems(PROMPTS * steps)
+    data = workdir / "tasks.jsonl"
+    data.write_text("".join(json.dumps(t) + "\n" for t in tasks), encoding="utf-8")
+    block = {
+        "experiment_name": "bench_vs_trl",
+        "experiment_dir": str(workdir / "runs"),
+        "model": {"path": "builtin:smollm2-135m-instruct"},
+        "task_reader": {"type": "jsonl", "jsonl": {"training_file": str(data), "id_field": "id"}},
+        "data": {"train_batch_size": PROMPTS},
+        "rollout": {
+            "agentscope_workflow": "bench_vs_trl->add_workflow",
+            "num_repeat": GENERATIONS,
+            "temperature": 1.0,
+            "top_p": 1.0,
+            "top_k": -1,
+            "max_response_length_in_one_turn": NEW_TOKENS,
+            "compute_madness_checklist": [],
+        },
+        "trainer_common": {
+            "total_training_steps": steps,
+            "save_freq": 10_000,
+            "test_freq": 10_000,
+            "use_kl_loss": False,
+            "grad_clip": 1.0,
+            "loss_agg_mode": "token-mean",
+            "optim": {"lr": LR, "weight_decay": 0.0},
+            "logger": ["console"],
+            "seed": SEED,
+        },
+    }
+    conf = workdir / "astuner.yaml"
+    conf.write_text(yaml.safe_dump({"astuner": block}), encoding="utf-8")
+    config = load_config(conf)
+    experiment = ExperimentDir.create(config)
+    TorchBackbone(TorchSettings()).run(RunContext(config=config, experiment=experiment, plugins=Plugins()))
+    for line in experiment.metrics_file.read_text().splitlines():
+        m = json.loads(line)
+        if "timing/step_s" not in m:
+            continue
+        emit(
+            {
+                "side": "astuner",
+                "step": m["step"],
+                "step_s": m["timing/step_s"],
+                "gen_s": m["timing/rollout_s"],
+                "update_s": m["timing/update_s"],
+                "reward": m["train/reward_mean"],
+                "tokens": m["actor/tokens_trained"],
+            }
+        )
+
+
+# ---------------------------------------------------------------- side B: TRL
+
+
+def run_trl(steps: int, workdir: Path) -> None:
+    import torch
+    from astuner_backbone_torch.models import resolve_model_dir
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    model_dir = resolve_model_dir("builtin:smollm2-135m-instruct")
+    ordered = [t for batch in step_order(problems(PROMPTS * steps), steps) for t in batch]
+    dataset = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": t["question"]}], "answer": t["answer"]} for t in ordered]
+    )
+
+    def exact(completions: list, answer: list, **_: Any) -> list[float]:
+        return [reward(c[-1]["content"], a) for c, a in zip(completions, answer, strict=True)]
+
+    args = GRPOConfig(
+        output_dir=str(workdir / "trl"),
+        use_cpu=not torch.cuda.is_available(),
+        bf16=True,
+        per_device_train_batch_size=PROMPTS,
+        gradient_accumulation_steps=GENERATIONS,
+        num_generations=GENERATIONS,
+        num_iterations=1,
+        max_completion_length=NEW_TOKENS,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        learning_rate=LR,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        optim="adamw_torch",
+        beta=0.0,
+        loss_type="dapo",
+        scale_rewards="group",
+        gradient_checkpointing=False,
+        shuffle_dataset=False,
+        max_steps=steps,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=SEED,
+    )
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=exact, args=args, train_dataset=dataset, processing_class=tokenizer
+    )
+    timing = {"gen": 0.0}
+    generate = model.generate
+
+    def timed_generate(*a: Any, **kw: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return generate(*a, **kw)
+        finally:
+            timing["gen"] += time.perf_counter() - began
+
+    model.generate = timed_generate
+
+    class StepTimer(TrainerCallback):
+        def __init__(self) -> None:
+            self.last = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            now = time.perf_counter()
+            logged = state.log_history[-1] if state.log_history else {}
+            emit(
+                {
+                    "side": "trl",
+                    "step": state.global_step,
+                    "step_s": now - self.last,
+                    "gen_s": timing["gen"],
+                    "update_s": now - self.last - timing["gen"],
+                    "reward": logged.get("reward"),
+                }
+            )
+            timing["gen"] = 0.0
+            self.last = now
+
+    trainer.add_callback(StepTimer())
+    trainer.train()
+
+
+# ---------------------------------------------------------------- orchestration
+
+
+def trl_env() -> Path:
+    """A venv under the temp folder that sees this interpreter's packages plus TRL; its python."""
+    venv = Path(tempfile.gettempdir()) / "astuner-bench-trl"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    # The project's .venv (torch, transformers, astuner and its editable installs, whose own .pth
+    # files only a site dir processes) is visible to the benchmark venv.
+    dev_site = sysconfig.get_paths()["purelib"]
+    (site / "astuner_dev.pth").write_text(f"import site; site.addsitedir({dev_site!r})\n", encoding="utf-8")
+    check = subprocess.run([str(python), "-c", f"import trl; assert trl.__version__ == '{TRL_VERSION}'"])
+    if check.returncode != 0:
+        constraints = REPO / "constraints.txt"
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "-c", str(constraints), f"trl=={TRL_VERSION}"],
+            check=True,
+        )
+    return python
+
+
+def run_side(python: Path, side: str, steps: int) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix=f"astuner-bench-{side}-") as workdir:
+        command = [str(python), str(Path(__file__).resolve()), "--side", side, "--steps", str(steps)]
+        command += ["--workdir", workdir]
+        result = subprocess.run(command, cwd=HERE, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"{side} run failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return [json.loads(line[5:]) for line in result.stdout.splitlines() if line.startswith("STEP ")]
+
+
+def report(records: list[dict[str, Any]]) -> None:
+    print(f"\n{'side':8} {'round':>5} {'step':>4} {'step s':>7} {'gen s':>7} {'update s':>8} {'reward':>6}")
+    for r in records:
+        reward_text = "-" if r.get("reward") is None else f"{r['reward']:.3f}"
+        print(
+            f"{r['side']:8} {r['round']:>5} {r['step']:>4} {r['step_s']:7.1f} {r['gen_s']:7.1f} "
+            f"{r['update_s']:8.1f} {reward_text:>6}"
+        )
+
+    def median(side: str, key: str) -> float:
+        return statistics.median(r[key] for r in records if r["side"] == side)
+
+    print(
+        f"\nmedian seconds per step ({PROMPTS} prompts x {GENERATIONS} generations, "
+        f"<= {NEW_TOKENS} new tokens)"
+    )
+    print(f"{'':10} {'astuner':>9} {'TRL':>9} {'TRL/astuner':>12}")
+    for key, label in (("step_s", "step"), ("gen_s", "generation"), ("update_s", "update")):
+        a, t = median("astuner", key), median("trl", key)
+        print(f"{label:10} {a:9.1f} {t:9.1f} {t / a:11.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="A/B rounds; each runs both sides once.")
+    parser.add_argument("--steps", type=int, default=4, help="Optimizer steps per side per round.")
+    parser.add_argument("--side", choices=["astuner", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.side == "astuner":
+        sys.path.insert(0, str(HERE))
+        run_astuner(args.steps, args.workdir)
+        return
+    if args.side == "trl":
+        run_trl(args.steps, args.workdir)
+        return
+    python = trl_env()
+    records = []
+    for round_ in range(args.rounds):
+        for side in ("astuner", "trl") if round_ % 2 == 0 else ("trl", "astuner"):
+            began = time.perf_counter()
+            got = run_side(python, side, args.steps)
+            print(
+                f"round {round_} {side}: {len(got)} steps in {time.perf_counter() - began:.0f} s", flush=True
+            )
+            records += [{**r, "round": round_} for r in got]
+    report(records)
+
+
+if __name__ == "__main__":
+    main()
