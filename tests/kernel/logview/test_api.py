@@ -165,6 +165,14 @@ def test_without_a_tokenizer_tokens_are_ids(serve, record_root: Path, tmp_path: 
     assert view["samples"][0]["ids"]
 
 
+def test_an_uncached_hub_name_fails_fast_without_the_network(serve, record_root: Path) -> None:
+    viewer = serve(record_root, tokenizer="nobody-astuner-test/not-a-model")
+    view = get(viewer, "/api/trajectory", run=calc_id(viewer), file="debug.jsonl", line=0).json()
+    assert "neither a folder nor a model in the local HuggingFace cache" in view["tokenizer"]["error"]
+    assert "--tokenizer" in view["tokenizer"]["error"]
+    assert view["samples"][0]["text"] is None
+
+
 def test_metrics_rows_with_nan_as_null(serve, record_root: Path) -> None:
     viewer = serve(record_root)
     rows = get(viewer, "/api/metrics", run=calc_id(viewer)).json()["rows"]

@@ -12,12 +12,35 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from astuner.core.advantages import compute_advantages
 from astuner.core.merge import merge_trajectory
-from astuner.core.tokenizer import ChatTokenizer, load_tokenizer
+from astuner.core.tokenizer import BUILTIN_PREFIX, ChatTokenizer, load_tokenizer
 from astuner.core.trajectory import LLMCall, Sample, Trajectory
+
+_TOKENIZER_FILES = ["*.json", "*.jinja", "*.model", "*.txt", "*.tiktoken"]
+
+
+def local_tokenizer(path: str) -> ChatTokenizer:
+    """Load a tokenizer without touching the network: a folder, a builtin, or a hub name already cached.
+
+    The viewer must work offline and answer at once; asking the hub for a
+    name it cannot reach would stall every trajectory view on retries.
+    """
+    if path.startswith(BUILTIN_PREFIX) or Path(path).expanduser().is_dir():
+        return load_tokenizer(path)
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = snapshot_download(path, local_files_only=True, allow_patterns=_TOKENIZER_FILES)
+    except Exception as exc:
+        raise FileNotFoundError(
+            f"{path!r} is neither a folder nor a model in the local HuggingFace cache "
+            f"({type(exc).__name__}); start the viewer with --tokenizer FOLDER"
+        ) from None
+    return load_tokenizer(folder)
 
 
 class TokenizerCache:
@@ -32,7 +55,7 @@ class TokenizerCache:
         with self._lock:
             if path not in self._loaded:
                 try:
-                    self._loaded[path] = (load_tokenizer(path), None)
+                    self._loaded[path] = (local_tokenizer(path), None)
                 except Exception as exc:
                     self._loaded[path] = (None, f"{type(exc).__name__}: {exc}")
             return self._loaded[path]
