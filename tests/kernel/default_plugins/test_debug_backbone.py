@@ -50,7 +50,7 @@ def test_debug_run_writes_rollouts_and_prints_a_table(app, write_config, workdir
         {
             "task_reader": {"type": "arith"},
             "rollout": {"agentscope_workflow": "answer_workflow->answer", "engine": "scripted"},
-            "debug": {"debug_first_n_tasks": 3, "num_repeat": 2},
+            "debug": {"debug_first_n_tasks": 3, "num_repeat": 2, "debug_max_parallel": 1},
         },
         name="dbg.yaml",
     )
@@ -64,6 +64,8 @@ def test_debug_run_writes_rollouts_and_prints_a_table(app, write_config, workdir
         call = t.calls[0]
         assert call.response_ids and call.response_logprobs and call.prompt_ids
         assert t.reward == (1.0 if t.metadata["task"]["metadata"]["answer"] == "13" else 0.0)
+        # breakpoints in workflow code work because rollouts run in the main thread
+        assert t.metadata["workflow_output"]["metadata"]["main_thread"] is True
 
 
 def test_unknown_workflow_fails_before_any_model_loads(app, write_config) -> None:
