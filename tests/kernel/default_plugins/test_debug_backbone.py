@@ -19,11 +19,14 @@ from astuner.testing.tokenizers import qwen25_tokenizer
 REPO = Path(__file__).resolve().parents[3]
 
 WORKFLOW = """
+import threading
+
 from astuner import WorkflowOutput
 
 async def answer(task, model):
     call = await model.chat([{"role": "user", "content": task["question"]}])
-    return WorkflowOutput(response=call.content, metadata={"final_answer": call.content})
+    main = threading.current_thread() is threading.main_thread()
+    return WorkflowOutput(response=call.content, metadata={"final_answer": call.content, "main_thread": main})
 """
 
 
