@@ -117,7 +117,9 @@ def respond(prompt: str) -> str:
     return f"Let me calculate.\n<tool_call>\n{json.dumps(call)}\n</tool_call>"
 
 
-def _test_plugin(tokenizer_dir: Path) -> SimpleNamespace:
+def scripted_plugins(tokenizer_dir: Path) -> Plugins:
+    """Kernel defaults plus the scripted engine and the two workflows above."""
+
     def register_workflows(register):
         register("calc_agent", CalcWorkflow)
         register("long_chat", LongChatWorkflow)
@@ -130,15 +132,18 @@ def _test_plugin(tokenizer_dir: Path) -> SimpleNamespace:
 
         register("scripted", scripted)
 
-    return SimpleNamespace(
+    plugins = Plugins(load_entry_points=False)
+    plugin = SimpleNamespace(
         register_workflows=hookimpl(register_workflows), register_engines=hookimpl(register_engines)
     )
+    plugins.add(plugin, name="logview_test")
+    return plugins
 
 
-def debug_run(
+def debug_config(
     root: Path, tokenizer_dir: Path, name: str, workflow: str, tasks: list[dict], repeat: int
 ) -> Path:
-    """Run `astuner run --backbone debug` on `tasks`; return the run folder it wrote."""
+    """A config for a debug run of `workflow` on `tasks` with the scripted engine; returns its path."""
     tasks_file = root / f"{name}-tasks.jsonl"
     tasks_file.write_text("".join(json.dumps(t) + "\n" for t in tasks), encoding="utf-8")
     config = {
@@ -159,9 +164,16 @@ def debug_run(
     }
     conf = root / f"{name}.yaml"
     conf.write_text(yaml.safe_dump(config), encoding="utf-8")
-    plugins = Plugins(load_entry_points=False)
-    plugins.add(_test_plugin(tokenizer_dir), name="logview_test")
-    result = CliRunner().invoke(make_app(plugins), ["run", "--conf", str(conf), "--backbone", "debug"])
+    return conf
+
+
+def debug_run(
+    root: Path, tokenizer_dir: Path, name: str, workflow: str, tasks: list[dict], repeat: int
+) -> Path:
+    """Run `astuner run --backbone debug` on `tasks`; return the run folder it wrote."""
+    conf = debug_config(root, tokenizer_dir, name, workflow, tasks, repeat)
+    app = make_app(scripted_plugins(tokenizer_dir))
+    result = CliRunner().invoke(app, ["run", "--conf", str(conf), "--backbone", "debug"])
     assert result.exit_code == 0, result.output
     (run,) = (root / "launcher_record" / name).iterdir()
     return run
