@@ -2,19 +2,22 @@
 
 Two forms of the same workflow: the class form (`MathAgentWorkflow`, named
 in math_agent.yaml) and the function form (`math_agent_workflow`) that the
-AgentScope Tuner tutorial uses. Either returns the final answer in
-`metadata["final_answer"]` for the judge.
+AgentScope Tuner tutorial uses. Either returns the final answer (the last
+`\\boxed{}` of the reply, found by the same extractor the `math_answer`
+judge uses) in `metadata["final_answer"]`. The Python tool is
+`python_tool.execute_python_code`, which runs the model's code confined
+(time limit, no network), not AgentScope's.
 """
 
 from __future__ import annotations
-
-import re
 
 from agentscope.agent import ReActAgent
 from agentscope.formatter import DashScopeChatFormatter
 from agentscope.memory import InMemoryMemory
 from agentscope.message import Msg
-from agentscope.tool import Toolkit, execute_python_code
+from agentscope.tool import Toolkit
+from astuner_judge_math.extract import extract_prediction
+from python_tool import execute_python_code
 
 from astuner import ModelTuner, Workflow, WorkflowOutput, WorkflowTask
 
@@ -22,18 +25,6 @@ SYSTEM_PROMPT = """You are an agent specialized in solving math problems with to
 Please solve the math problem given to you.
 You can write and execute Python code to perform calculation or verify your answer.
 You should return your final answer within \\boxed{}."""
-
-_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-
-
-def final_answer(text: str) -> str | None:
-    """The last \\boxed{...} answer, else the last number in the text."""
-    boxed = _BOXED.findall(text)
-    if boxed:
-        return boxed[-1].strip()
-    numbers = _NUMBER.findall(text)
-    return numbers[-1] if numbers else None
 
 
 def make_agent(model: ModelTuner) -> ReActAgent:
@@ -55,7 +46,7 @@ def make_agent(model: ModelTuner) -> ReActAgent:
 async def solve(question: str, model: ModelTuner) -> WorkflowOutput:
     reply = await make_agent(model).reply(Msg("user", question, role="user"))
     text = reply.get_text_content() or ""
-    return WorkflowOutput(response=text, metadata={"final_answer": final_answer(text)})
+    return WorkflowOutput(response=text, metadata={"final_answer": extract_prediction(text)})
 
 
 class MathAgentWorkflow(Workflow):
