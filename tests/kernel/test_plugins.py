@@ -5,7 +5,7 @@ from pydantic import BaseModel
 
 from astuner import hookimpl
 from astuner.errors import PluginError
-from astuner.plugins import Plugins, resolve_import_string
+from astuner.plugins import NotReady, Plugins, resolve_import_string
 
 
 class NullReaderSettings(BaseModel):
@@ -66,6 +66,32 @@ def test_a_hook_that_raises_marks_only_that_plugin_broken(plugins: Plugins) -> N
     assert infos["explodes"].status == "hook error"
     assert "RuntimeError: boom" in infos["explodes"].error
     assert plugins.get("reader", "arith").name == "arith"
+
+
+def test_a_plugin_reports_a_missing_engine_and_stays_usable(plugins: Plugins) -> None:
+    def register_backbones(register):
+        register("far", lambda: "built")
+
+    plugin = _plugin(register_backbones=register_backbones)
+    plugin.astuner_readiness = lambda: NotReady("engine not installed", "pip install 'far[engine]'")
+    plugins.add(plugin, name="farplug")
+    info = {i.name: i for i in plugins.infos()}["farplug"]
+    assert (info.status, info.error) == ("engine not installed", "pip install 'far[engine]'")
+    assert info.provides == ["backbone:far"]
+    assert plugins.get("backbone", "far").build() == "built"
+    ready = _plugin(register_backbones=lambda register: register("near", lambda: None))
+    ready.astuner_readiness = lambda: None
+    plugins.add(ready, name="nearplug")
+    assert {i.name: i for i in plugins.infos()}["nearplug"].status == "ok"
+
+
+def test_a_readiness_check_that_raises_is_reported(plugins: Plugins) -> None:
+    plugin = _plugin(register_judges=lambda register: register("odd", lambda: None))
+    plugin.astuner_readiness = lambda: 1 / 0
+    plugins.add(plugin, name="oddplug")
+    info = {i.name: i for i in plugins.infos()}["oddplug"]
+    assert info.status == "readiness check failed" and "ZeroDivisionError" in info.error
+    assert info.provides == ["judge:odd"]
 
 
 def test_a_misspelled_hook_is_reported_with_the_right_name(plugins: Plugins) -> None:

@@ -5,6 +5,12 @@ points in the `astuner` group (installed packages), and objects a test
 registers by hand. One broken plugin never takes the others down: an import
 error, a misspelled hook or a hook that raises marks that plugin broken and
 the rest keep working.
+
+A plugin whose registrations work but whose run-time requirements may be
+missing (an engine installed through an extra, say) defines a module-level
+`astuner_readiness()` returning `None` when ready or a `NotReady(status,
+hint)`. Such a plugin stays loaded (its config translation still works);
+`astuner plugins list` shows the status and the hint instead of "ok".
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from astuner.errors import PluginError
 
 ENTRY_POINT_GROUP = "astuner"
 LOAD_PLUGINS_ENV = "ASTUNER_LOAD_PLUGINS"
+READINESS_HOOK = "astuner_readiness"
 
 # kind -> the hook that registers it
 KINDS: dict[str, str] = {
@@ -59,6 +66,18 @@ class Registration:
         if self.settings is None:
             return self.factory(*args)
         return self.factory(settings if settings is not None else self.settings(), *args)
+
+
+@dataclass(frozen=True)
+class NotReady:
+    """What a plugin's `astuner_readiness()` returns when something it needs is missing.
+
+    `status` is the short state shown in the list (e.g. "engine not
+    installed"); `hint` says how to fix it (e.g. the pip install line).
+    """
+
+    status: str
+    hint: str
 
 
 @dataclass
@@ -170,6 +189,7 @@ class Plugins:
             self._mark_broken(info, "invalid hook", _explain_validation(exc))
             return
         info.hooks = sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or [])
+        _apply_readiness(plugin, info)
 
     def load_entry_points(self) -> None:
         """Load every `astuner` entry point, narrowed by ASTUNER_LOAD_PLUGINS."""
@@ -213,7 +233,7 @@ class Plugins:
         installed = ", ".join(sorted(registry)) or "(none)"
         near = difflib.get_close_matches(name, list(registry), n=1)
         hint = f" Did you mean '{near[0]}'?" if near else ""
-        broken = [i.name for i in self._infos.values() if i.status != "ok"]
+        broken = [i.name for i in self._infos.values() if self.pm.get_plugin(i.name) is None]
         broken_note = (
             f" Some plugins failed to load ({', '.join(broken)}); see `astuner plugins list`."
             if broken
@@ -253,11 +273,9 @@ class Plugins:
     def _collect(self) -> None:
         registries: dict[str, dict[str, Registration]] = {kind: {} for kind in KINDS}
         self._conflicts = []
-        for info in self._infos.values():
-            if info.status == "ok":
-                info.provides = []
         for plugin_name, plugin in self.pm.list_name_plugin():
             info = self._infos[plugin_name]
+            info.provides = []
             staged: list[Registration] = []
             try:
                 for kind, hook_name in KINDS.items():
@@ -286,6 +304,19 @@ class Plugins:
         if self.pm.get_plugin(info.name) is not None:
             self.pm.unregister(name=info.name)
         self._registries = None
+
+
+def _apply_readiness(plugin: Any, info: PluginInfo) -> None:
+    """Let a loaded plugin report missing run-time requirements (see the module docstring)."""
+    check = getattr(plugin, READINESS_HOOK, None)
+    if not callable(check):
+        return
+    try:
+        verdict = check()
+    except Exception as exc:  # a faulty check must not take the CLI down either
+        verdict = NotReady("readiness check failed", f"{type(exc).__name__}: {exc}")
+    if isinstance(verdict, NotReady):
+        info.status, info.error = verdict.status, verdict.hint
 
 
 def _register_into(staged: list[Registration], kind: str, plugin_name: str) -> hookspecs.Register:
