@@ -50,8 +50,11 @@ def _console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, width=None if sys.stdout.isatty() else 200, highlight=False)
 
 
-def _guard(fn: F) -> F:
-    """Print user errors as one paragraph and exit 1; tracebacks only with --verbose."""
+def handle_user_errors(fn: F) -> F:
+    """Print user errors as one paragraph and exit 1; tracebacks only with --verbose.
+
+    Plugins decorate their own commands with it (under `@app.command()`).
+    """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -111,7 +114,7 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
             raise typer.Exit()
 
     @app.command()
-    @_guard
+    @handle_user_errors
     def run(conf: ConfOption, backbone: BackboneOption = None, override: OverrideOption = None) -> None:
         """Run (and train) with a config: rollouts, judging, updates."""
         config = _load(plugins, conf, override, backbone)
@@ -129,7 +132,7 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
     app.add_typer(plugins_app, name="plugins")
 
     @plugins_app.command("list")
-    @_guard
+    @handle_user_errors
     def plugins_list(
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     ) -> None:
@@ -155,7 +158,7 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
     app.add_typer(config_app, name="config")
 
     @config_app.command("show")
-    @_guard
+    @handle_user_errors
     def config_show(
         conf: ConfOption, backbone: BackboneOption = None, override: OverrideOption = None
     ) -> None:
@@ -173,7 +176,7 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
     app.add_typer(data_app, name="data")
 
     @data_app.command("preview")
-    @_guard
+    @handle_user_errors
     def data_preview(
         conf: ConfOption,
         split: Annotated[str, typer.Option(help="train or validation.")] = "train",

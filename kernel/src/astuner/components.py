@@ -8,6 +8,7 @@ validates it against that plugin's settings model when the plugin is built.
 from __future__ import annotations
 
 import difflib
+import inspect
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -69,9 +70,27 @@ def plugin_settings(config: AstunerConfig, reg: Registration) -> BaseModel | Non
 
 
 def build(config: AstunerConfig, plugins: Plugins, kind: str, name: str) -> Any:
-    """Find `name` among plugins of `kind` (or import it) and build it with its settings."""
+    """Find `name` among plugins of `kind` (or import it) and build it with its settings.
+
+    A factory that declares a `config` and/or `plugins` parameter also gets
+    the resolved config and the plugin manager (e.g. a judge that builds an
+    auxiliary model from `task_judge.alien_llm_model`).
+    """
     reg = plugins.get(kind, name, search_paths=config.search_paths())
-    return reg.build(plugin_settings(config, reg))
+    extra = {
+        key: value for key, value in (("config", config), ("plugins", plugins)) if _accepts(reg.factory, key)
+    }
+    if not extra:
+        return reg.build(plugin_settings(config, reg))
+    settings = plugin_settings(config, reg)
+    return reg.factory(settings, **extra) if reg.settings is not None else reg.factory(**extra)
+
+
+def _accepts(factory: Any, name: str) -> bool:
+    try:
+        return name in inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def build_reader(config: AstunerConfig, plugins: Plugins) -> TaskReader:

@@ -21,6 +21,9 @@ through the `astuner` entry-point group. Each `register_*` hook receives a
   with the validated block, otherwise with no arguments.
 - `summary` is one line shown by `astuner plugins list`.
 
+A factory that declares keyword parameters `config` and/or `plugins` is also
+given the resolved `AstunerConfig` and the plugin manager.
+
 What each factory must return is described per hook below and typed in
 `astuner.protocols`.
 """
