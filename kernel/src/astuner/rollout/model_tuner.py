@@ -58,6 +58,7 @@ class ModelTuner:
         self.trainable_targets = list(trainable_targets or [])
         self.agent_name = agent_name
         self.step_rewards: list[float] = []
+        self.env_steps: list[dict[str, Any]] = []
         self._text_calls: list[LLMCall] = []
 
     # ----------------------------------------------------------------- calls
@@ -144,14 +145,38 @@ class ModelTuner:
     # ----------------------------------------------------------- environment
 
     def gym_step(self, action: Any) -> tuple[Any, float, bool, dict[str, Any]]:
-        """Send an action to the task's environment: `(observation, reward, terminated, info)`."""
+        """Send an action to the task's environment: `(observation, reward, terminated, info)`.
+
+        Synchronous, as the seeds write it. With the `env_service` reader the
+        environment suspends only this rollout while it waits (see
+        astuner-judge-envservice); `await agym_step(action)` is the async form.
+        """
+        obs, reward, terminated, info = self._gym_env().step(action)
+        return self._record_step(obs, reward, terminated, info)
+
+    async def agym_step(self, action: Any) -> tuple[Any, float, bool, dict[str, Any]]:
+        """`gym_step`, awaited: uses the environment's `astep` when it has one."""
+        env = self._gym_env()
+        astep = getattr(env, "astep", None)
+        result = await astep(action) if callable(astep) else env.step(action)
+        return self._record_step(*result)
+
+    def _gym_env(self) -> Any:
         if self.gym_env is None:
             raise AstunerError(
                 "gym_step() needs an environment: this task was not read from an environment "
                 "service (task_reader.type: env_service)."
             )
-        obs, reward, terminated, info = self.gym_env.step(action)
+        return self.gym_env
+
+    def _record_step(
+        self, obs: Any, reward: float, terminated: bool, info: dict[str, Any]
+    ) -> tuple[Any, float, bool, dict[str, Any]]:
+        """Keep the step's reward with the index of the model call that chose the action."""
         self.step_rewards.append(float(reward))
+        self.env_steps.append(
+            {"call_index": len(self.calls) - 1, "reward": float(reward), "terminated": bool(terminated)}
+        )
         return obs, reward, terminated, info
 
     # ---------------------------------------------------------------- OpenAI

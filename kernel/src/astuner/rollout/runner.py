@@ -4,11 +4,23 @@
 it). At most `max_env_worker` runs are in flight. A run that raises or
 exceeds `rollout_timeout` is recorded with its traceback and excluded from
 training; it never stops the others.
+
+Environments: with a `gym_env_factory`, every run gets its own environment.
+The factory is called as `factory(task)` (it may return an awaitable) in
+the same asyncio task that then runs the workflow, and counts against
+`rollout_timeout`; the result is `workflow_task.gym_env` and
+`model_tuner.gym_env`. A factory that fails cleans up what it made itself.
+Once made, the environment is released after judging on every path
+(success, exception, timeout, cancellation) through its `aclose()`
+(awaited) or `close()`. A judge that needs the live environment defines
+`async judge_rollout(workflow_task, output)`, which the runner calls
+instead of `judge(task, output)`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import sys
 import time
 import traceback
@@ -20,10 +32,11 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from astuner.core.madness import MadnessCheck, MadnessMonitor, apply_madness_reward
-from astuner.core.task import Task, WorkflowTask
+from astuner.core.task import JudgeOutput, Task, WorkflowOutput, WorkflowTask
 from astuner.core.tokenizer import ChatTokenizer
 from astuner.core.tracker import ContextTracker, TrackerSettings
 from astuner.core.trajectory import Trajectory
+from astuner.logs import get_logger
 from astuner.protocols import Judge
 from astuner.rollout.engine import SamplingParams
 from astuner.rollout.gateway import Gateway
@@ -131,8 +144,7 @@ class RolloutRunner:
         """One workflow run: execute, judge, check; errors are recorded, never raised."""
         rollout_id = f"{group_id}-{repeat}-{uuid.uuid4().hex[:8]}"
         started = time.perf_counter()
-        gym_env = self.gym_env_factory(task) if self.gym_env_factory is not None else None
-        tuner = self.make_tuner(rollout_id, sampling, gym_env)
+        tuner = self.make_tuner(rollout_id, sampling)
         if self.gateway is not None:
             self.gateway.register(tuner)
         workflow_task = WorkflowTask(
@@ -140,48 +152,79 @@ class RolloutRunner:
             group_id=group_id,
             rollout_id=rollout_id,
             repeat_index=repeat,
-            gym_env=gym_env,
             config=self.config,
         )
         error: str | None = None
         output = None
         try:
-            output = await asyncio.wait_for(
-                self.workflow.run(workflow_task, tuner), self.settings.rollout_timeout
-            )
-        except asyncio.TimeoutError:
-            error = (
-                f"Timeout: the rollout ran longer than {self.settings.rollout_timeout:g} s "
-                "(rollout.rollout_timeout) and was cancelled."
-            )
-        except Exception:
-            error = traceback.format_exc()
-        finally:
-            if self.gateway is not None:
-                self.gateway.unregister(rollout_id)
-            close = getattr(gym_env, "close", None)
-            if callable(close):
-                close()
-        workflow_s = time.perf_counter() - started
-        trajectory = tuner.trajectory(task_id=task.task_id, group_id=group_id)
-        trajectory.metadata["task"] = task.model_dump(mode="json")
-        if tuner.step_rewards:
-            trajectory.metadata["step_rewards"] = list(tuner.step_rewards)
-        if output is not None and error is None:
-            trajectory.metadata["workflow_output"] = output.model_dump(mode="json")
             try:
-                verdict = await self.judge.judge(task, output)
+                output = await asyncio.wait_for(
+                    self._episode(workflow_task, tuner), self.settings.rollout_timeout
+                )
+            except asyncio.TimeoutError:
+                error = (
+                    f"Timeout: the rollout ran longer than {self.settings.rollout_timeout:g} s "
+                    "(rollout.rollout_timeout) and was cancelled."
+                )
             except Exception:
-                error = "The judge raised:\n" + traceback.format_exc()
-            else:
-                trajectory.reward, trajectory.is_success = verdict.reward, verdict.is_success
-                trajectory.metrics.update(output.metrics)
-                trajectory.metrics.update(verdict.metrics)
-                if trajectory.madness:
-                    trajectory = apply_madness_reward(trajectory, self.settings.agent_madness_reward)
+                error = traceback.format_exc()
+            finally:
+                if self.gateway is not None:
+                    self.gateway.unregister(rollout_id)
+            workflow_s = time.perf_counter() - started
+            trajectory = tuner.trajectory(task_id=task.task_id, group_id=group_id)
+            trajectory.metadata["task"] = task.model_dump(mode="json")
+            if tuner.step_rewards:
+                trajectory.metadata["step_rewards"] = list(tuner.step_rewards)
+                trajectory.metadata["env_steps"] = [dict(step) for step in tuner.env_steps]
+            if output is not None and error is None:
+                trajectory.metadata["workflow_output"] = output.model_dump(mode="json")
+                try:
+                    verdict = await self._judge(workflow_task, output)
+                except Exception:
+                    error = "The judge raised:\n" + traceback.format_exc()
+                else:
+                    trajectory.reward, trajectory.is_success = verdict.reward, verdict.is_success
+                    trajectory.metrics.update(output.metrics)
+                    trajectory.metrics.update(verdict.metrics)
+                    if trajectory.madness:
+                        trajectory = apply_madness_reward(trajectory, self.settings.agent_madness_reward)
+        finally:
+            await _release(workflow_task.gym_env, rollout_id)
         trajectory.error = error
         trajectory.timings = {"workflow_s": workflow_s, "total_s": time.perf_counter() - started}
         return trajectory
+
+    async def _episode(self, workflow_task: WorkflowTask, tuner: ModelTuner) -> WorkflowOutput:
+        """Make the run's environment (if any), then run the workflow, in one asyncio task."""
+        if self.gym_env_factory is not None:
+            gym_env = self.gym_env_factory(workflow_task.task)
+            if inspect.isawaitable(gym_env):
+                gym_env = await gym_env
+            workflow_task.gym_env = tuner.gym_env = gym_env
+        return await self.workflow.run(workflow_task, tuner)
+
+    async def _judge(self, workflow_task: WorkflowTask, output: WorkflowOutput) -> JudgeOutput:
+        judge_rollout = getattr(self.judge, "judge_rollout", None)
+        if callable(judge_rollout):
+            return await judge_rollout(workflow_task, output)
+        return await self.judge.judge(workflow_task.task, output)
+
+
+async def _release(gym_env: Any, rollout_id: str) -> None:
+    """Release a run's environment; a failure is logged, since the run's own outcome is what matters."""
+    if gym_env is None:
+        return
+    try:
+        aclose = getattr(gym_env, "aclose", None)
+        if callable(aclose):
+            await aclose()
+        elif callable(getattr(gym_env, "close", None)):
+            gym_env.close()
+    except Exception as exc:
+        get_logger().warning(
+            "environment release failed", rollout=rollout_id, error=f"{type(exc).__name__}: {exc}"
+        )
 
 
 class _ProgressTracker:

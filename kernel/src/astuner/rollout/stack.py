@@ -6,12 +6,11 @@ its own engine (the policy being trained) instead of building one.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from astuner.components import build_engine, plugin_settings
+from astuner.components import build_engine, build_reader, plugin_settings
 from astuner.config import AstunerConfig
 from astuner.core.madness import MadnessCheck
 from astuner.core.tokenizer import load_tokenizer
@@ -59,6 +58,18 @@ def build_madness_checks(config: AstunerConfig, plugins: Plugins) -> dict[str, M
     return checks
 
 
+def environment_factory(config: AstunerConfig, plugins: Plugins) -> Any:
+    """The configured reader's per-run environment maker, or None when its tasks need none.
+
+    A reader whose tasks live in an environment service (the `env_service`
+    reader of astuner-judge-envservice) has `gym_env_factory()`; what it
+    returns is called once per run (see `RolloutRunner`) and, if it has
+    `aclose()`, is closed with the stack.
+    """
+    make = getattr(build_reader(config, plugins), "gym_env_factory", None)
+    return make() if callable(make) else None
+
+
 @asynccontextmanager
 async def rollout_stack(
     config: AstunerConfig,
@@ -68,31 +79,34 @@ async def rollout_stack(
     max_parallel: int | None = None,
     auxiliary_models: dict[str, Any] | None = None,
 ) -> AsyncIterator[RolloutRunner]:
-    """A ready `RolloutRunner`; the gateway (and an engine built here) stop on exit."""
+    """A ready `RolloutRunner`; the gateway, the environments (and an engine built here) stop on exit."""
     # The workflow loads first: a typo in it should fail before a model loads.
     workflow = load_workflow(config, plugins)
     judge = load_judge(config, plugins, auxiliary_models)
     checks = build_madness_checks(config, plugins)
+    gym_env_factory = environment_factory(config, plugins)
     own_engine = engine is None
     if own_engine:
         engine = build_engine(config, plugins)
-    gateway = Gateway(asyncio.get_running_loop()).start()
     try:
-        tokenizer = None
-        if isinstance(engine, TokenEngine):
-            tokenizer = load_tokenizer(getattr(engine, "tokenizer_path", None) or config.model.path)
-        yield RolloutRunner(
-            workflow=workflow,
-            judge=judge,
-            engine=engine,
-            tokenizer=tokenizer,
-            settings=runner_settings_from_config(config, max_parallel),
-            madness_checks=checks,
-            gateway=gateway,
-            auxiliary_models=auxiliary_models,
-            config=config,
-        )
+        async with Gateway() as gateway:
+            tokenizer = None
+            if isinstance(engine, TokenEngine):
+                tokenizer = load_tokenizer(getattr(engine, "tokenizer_path", None) or config.model.path)
+            yield RolloutRunner(
+                workflow=workflow,
+                judge=judge,
+                engine=engine,
+                tokenizer=tokenizer,
+                settings=runner_settings_from_config(config, max_parallel),
+                madness_checks=checks,
+                gateway=gateway,
+                auxiliary_models=auxiliary_models,
+                config=config,
+                gym_env_factory=gym_env_factory,
+            )
     finally:
-        gateway.stop()
+        if hasattr(gym_env_factory, "aclose"):
+            await gym_env_factory.aclose()
         if own_engine and hasattr(engine, "aclose"):
             await engine.aclose()

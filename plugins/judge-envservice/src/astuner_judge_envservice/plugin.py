@@ -1,0 +1,44 @@
+"""Entry point of `astuner-judge-envservice`: reader and judge `env_service`, command `envservice`.
+
+Importing this module is cheap: the server (FastAPI, uvicorn) loads only
+when `astuner envservice serve` runs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from astuner.hookspecs import Register, hookimpl
+from astuner_judge_envservice.judge import EnvServiceJudge, EnvServiceJudgeSettings
+from astuner_judge_envservice.reader import EnvServiceReader
+from astuner_judge_envservice.settings import EnvServiceSettings
+
+if TYPE_CHECKING:
+    import typer
+
+
+@hookimpl
+def register_readers(register: Register) -> None:
+    register(
+        "env_service",
+        EnvServiceReader,
+        settings=EnvServiceSettings,
+        summary="Task ids from an EnvService (/get_env_profile); one environment instance per rollout.",
+    )
+
+
+@hookimpl
+def register_judges(register: Register) -> None:
+    register(
+        "env_service",
+        EnvServiceJudge,
+        settings=EnvServiceJudgeSettings,
+        summary="Reward from the environment's /evaluate score (success: 1 + 0.5·s, else 0.5·s).",
+    )
+
+
+@hookimpl
+def register_commands(cli: typer.Typer) -> None:
+    from astuner_judge_envservice.commands import envservice_app
+
+    cli.add_typer(envservice_app, name="envservice")
