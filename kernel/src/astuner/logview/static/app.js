@@ -135,9 +135,10 @@ async function loadRuns() {
   const body = el("tbody");
   for (const run of data.runs) {
     const reward = run.mean_reward;
-    const row = el("tr", { class: "run-row", data: { run: run.id }, title: `${run.id}\nmodel: ${run.model}`,
+    const row = el("tr", { class: "run-row", data: { run: run.id }, title: `${run.id}\n${run.time}\nmodel: ${run.model}`,
       on: { click: () => selectRun(run.id) } },
-      el("td", { text: run.experiment }), el("td", { text: run.time }), el("td", { text: run.backbone }),
+      // Month, day and minute are enough to tell runs apart; the full time is in the tooltip.
+      el("td", { text: run.experiment }), el("td", { text: run.time.slice(5, 16) }), el("td", { text: run.backbone }),
       el("td", { text: run.steps }), el("td", { text: fmt(reward) }));
     body.append(row);
   }
