@@ -115,7 +115,20 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
 
     @app.command()
     @handle_user_errors
-    def run(conf: ConfOption, backbone: BackboneOption = None, override: OverrideOption = None) -> None:
+    def run(
+        conf: ConfOption,
+        backbone: BackboneOption = None,
+        override: OverrideOption = None,
+        with_logview: Annotated[
+            bool, typer.Option("--with-logview", help="Serve the log viewer on this run's folder.")
+        ] = False,
+        keep_logview: Annotated[
+            bool, typer.Option("--keep-logview", help="Keep the viewer serving after the run, until Ctrl-C.")
+        ] = False,
+        logview_port: Annotated[
+            int, typer.Option("--logview-port", help="Port of the log viewer (0 picks a free one).")
+        ] = 8181,
+    ) -> None:
         """Run (and train) with a config: rollouts, judging, updates."""
         config = _load(plugins, conf, override, backbone)
         for kind, name in (("reader", config.task_reader.type), ("judge", config.task_judge.judge_protocol)):
@@ -124,9 +137,25 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
         experiment = ExperimentDir.create(config)
         configure_logging(verbose=_State.verbose, log_file=experiment.log_file)
         log = get_logger(backbone=config.backbone)
+        viewer = None
+        if with_logview or keep_logview:
+            from astuner.logview import start_logview
+
+            viewer = start_logview(experiment.path, port=logview_port)
+            typer.echo(f"log viewer: {viewer.url}")
         log.info("run started", experiment=str(experiment.path), config=str(conf))
-        runner.run(RunContext(config=config, experiment=experiment, plugins=plugins))
+        try:
+            runner.run(RunContext(config=config, experiment=experiment, plugins=plugins))
+        except BaseException:
+            if viewer is not None:
+                viewer.stop()
+            raise
         log.info("run finished", experiment=str(experiment.path))
+        if viewer is not None and keep_logview:
+            typer.echo(f"run finished; the log viewer stays at {viewer.url} (Ctrl-C to stop)")
+            viewer.wait()
+        elif viewer is not None:
+            viewer.stop()
 
     plugins_app = typer.Typer(help="Inspect installed plugins.", no_args_is_help=True)
     app.add_typer(plugins_app, name="plugins")

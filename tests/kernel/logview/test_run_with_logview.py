@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import signal
 import socket
 import subprocess
@@ -19,16 +18,6 @@ from typer.testing import CliRunner
 from astuner import hookimpl
 from astuner.cli import make_app
 from astuner.plugins import Plugins
-
-
-def _wired() -> bool:
-    """Whether `astuner run` has the viewer options (the wiring lives in cli.py)."""
-    app = make_app(Plugins(load_entry_points=False))
-    (run,) = [c for c in app.registered_commands if c.callback.__name__ == "run"]
-    return "with_logview" in inspect.signature(run.callback).parameters
-
-
-pytestmark = pytest.mark.skipif(not _wired(), reason="cli.py does not have --with-logview yet")
 
 
 def free_port() -> int:
