@@ -1,0 +1,39 @@
+"""Entry point of `astuner-backbone-trinity`: registers backbone `trinity`.
+
+Importing this module never imports Trinity, so `astuner plugins list` and
+`astuner config show --backbone trinity` work where it is not installed;
+`astuner_readiness()` then reports the missing engine with its install line.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from astuner.hookspecs import Register, hookimpl
+from astuner.plugins import NotReady
+
+INSTALL_HINT = (
+    "pip install 'astuner-backbone-trinity[engine]' (trinity-rft 0.6.0, in an environment without verl 0.9)"
+)
+
+
+def astuner_readiness() -> NotReady | None:
+    """Ready when Trinity is importable (looked up, not imported)."""
+    if importlib.util.find_spec("trinity") is None:
+        return NotReady("engine not installed", INSTALL_HINT)
+    return None
+
+
+def _trinity_backbone() -> object:
+    from astuner_backbone_trinity.backbone import TrinityBackbone
+
+    return TrinityBackbone()
+
+
+@hookimpl
+def register_backbones(register: Register) -> None:
+    register(
+        "trinity",
+        _trinity_backbone,
+        summary="Trinity-RFT explorer/trainer on a Ray cluster, the workflow run as a Trinity workflow.",
+    )

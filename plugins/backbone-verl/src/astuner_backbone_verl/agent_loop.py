@@ -1,0 +1,142 @@
+"""The verl agent loop `astuner`: one astuner workflow run per sample verl hands it.
+
+verl instantiates the loop in its AgentLoopWorker (through hydra, with the
+trainer config, its `server_manager`, the tokenizer and any extra keys of
+the agent-loop YAML) and awaits `run(sampling_params, **row)`. The loop reads
+the astuner task from the row's `extra_info`, runs the user's workflow,
+judge and madness checks with a `ModelTuner` whose engine is verl's server
+manager (token ids in, token ids and log-probs out), merges the recorded
+calls, and returns the sample as verl's prompt/response ids, mask and
+log-probs with the judge's reward.
+
+A linear episode merges into one sample. verl takes one sequence per run,
+so an episode that merges into several (a context reset, several agents)
+contributes its first sample, and `extra_fields["astuner_samples_dropped"]`
+counts the rest. A run that failed (the workflow raised, a prompt longer
+than `data.max_prompt_length`) comes back with a zero response mask: verl
+keeps its place in the batch and trains nothing on it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopBase,
+    AgentLoopMetrics,
+    AgentLoopOutput,
+    register,
+)
+
+from astuner.core.task import Task
+from astuner.core.trajectory import Sample, Trajectory
+from astuner.logs import get_logger
+from astuner.rollout.engine import SamplingParams
+from astuner.rollout.episode import EpisodeSource, reward_of
+from astuner_backbone_verl.server_engine import VerlServerEngine
+from astuner_backbone_verl.translate import AGENT_LOOP_NAME
+
+TASK_FIELD = "astuner_task"
+
+
+@register(AGENT_LOOP_NAME)
+class AstunerAgentLoop(AgentLoopBase):
+    """verl's view of an astuner workflow run.
+
+    `astuner_config` (the resolved astuner config file) and
+    `astuner_search_paths` (where the workflow's import string is found)
+    come from the agent-loop YAML the backbone writes; without them the
+    environment variables `ASTUNER_CONFIG` / `ASTUNER_SEARCH_PATHS` are read.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        astuner_config: str | None = None,
+        astuner_search_paths: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.pop("name", None)  # hydra passes the registry entry's name along
+        super().__init__(*args, **kwargs)
+        self.episodes = EpisodeSource.shared(astuner_config, astuner_search_paths)
+        rollout = self.config.actor_rollout_ref.rollout
+        self.prompt_length = int(rollout.prompt_length)
+        self.response_length = int(rollout.response_length)
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        started = time.perf_counter()
+        task = _task_of(kwargs)
+        rollout = self.episodes.config.rollout
+        sampling = SamplingParams(
+            temperature=float(sampling_params.get("temperature", rollout.temperature)),
+            top_p=float(sampling_params.get("top_p", rollout.top_p)),
+            top_k=int(sampling_params.get("top_k", rollout.top_k)),
+            max_tokens=rollout.max_response_length_in_one_turn,
+        )
+        engine = VerlServerEngine(self.server_manager, extra=sampling_params)
+        trajectory, samples = await self.episodes.run(
+            task, engine, sampling, group_id=str(kwargs.get("index"))
+        )
+        output = self._output(trajectory, samples, kwargs)
+        output.metrics = AgentLoopMetrics(generate_sequences=engine.seconds)
+        output.extra_fields["astuner_seconds"] = time.perf_counter() - started
+        return output
+
+    def _output(self, trajectory: Trajectory, samples: list[Sample], row: dict[str, Any]) -> AgentLoopOutput:
+        reward = reward_of(trajectory)
+        extra: dict[str, Any] = {"astuner_samples_dropped": max(0, len(samples) - 1)}
+        if samples:
+            sample = samples[0]
+            start = sample.response_spans[0][0]
+            if start <= self.prompt_length:
+                response = slice(start, start + self.response_length)
+                logprobs = sample.old_logprobs[response] if sample.old_logprobs is not None else None
+                return AgentLoopOutput(
+                    prompt_ids=sample.input_ids[:start],
+                    response_ids=sample.input_ids[response],
+                    response_mask=sample.loss_mask[response],
+                    response_logprobs=logprobs,
+                    reward_score=reward,
+                    num_turns=len(trajectory.calls) * 2 + 1,
+                    metrics=AgentLoopMetrics(),
+                    extra_fields=extra,
+                )
+            extra["astuner_error"] = (
+                f"prompt of {start} tokens exceeds data.max_prompt_length={self.prompt_length}"
+            )
+        else:
+            extra["astuner_error"] = (trajectory.error or "the run made no trainable model call")[-2000:]
+        get_logger().warning(
+            "verl sample not trained", task=trajectory.task_id, reason=extra["astuner_error"]
+        )
+        return self._untrained(row, reward, extra)
+
+    def _untrained(self, row: dict[str, Any], reward: float, extra: dict[str, Any]) -> AgentLoopOutput:
+        """The row's own prompt and one end-of-sequence token, masked out."""
+        prompt = self.tokenizer.apply_chat_template(
+            list(row.get("raw_prompt") or []), add_generation_prompt=True, tokenize=True
+        )
+        prompt_ids = list(prompt["input_ids"] if isinstance(prompt, dict) else prompt)[-self.prompt_length :]
+        return AgentLoopOutput(
+            prompt_ids=prompt_ids,
+            response_ids=[self.tokenizer.eos_token_id],
+            response_mask=[0],
+            response_logprobs=[0.0],
+            reward_score=reward,
+            num_turns=0,
+            metrics=AgentLoopMetrics(),
+            extra_fields=extra,
+        )
+
+
+def _task_of(row: dict[str, Any]) -> Task:
+    """The astuner task the backbone stored in the row's extra_info."""
+    extra = row.get("extra_info") or {}
+    raw = extra.get(TASK_FIELD) if isinstance(extra, dict) else None
+    if raw is None:
+        raise ValueError(
+            f"The verl dataset row has no extra_info.{TASK_FIELD}: the agent loop '{AGENT_LOOP_NAME}' runs "
+            "on the task files `astuner run --backbone verl` writes."
+        )
+    return Task.model_validate_json(raw)

@@ -1,0 +1,149 @@
+"""The astuner config as verl's Hydra config: one declarative table.
+
+`RULES` maps each verl key (dotted, as on verl's command line) to where its
+value comes from: an astuner key (dotted) or a function of the whole config
+(a computed key). `FIXED` holds what wires verl to astuner whatever the
+config says. The verbatim `verl:` block is laid over both, so a user can set
+any verl key, or override a translated one. Keys that depend on the run
+(data files, checkpoint folder) are added by the backbone at launch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from astuner.config import AstunerConfig
+from astuner.translation import Source, apply_rules, flatten, lookup
+
+AGENT_LOOP_NAME = "astuner"
+
+# astuner's advantage estimators -> (verl adv_estimator, norm_adv_by_std_in_grpo)
+ESTIMATORS: dict[str, tuple[str, bool]] = {
+    "grpo": ("grpo", True),
+    "dr_grpo": ("grpo", False),
+    "rloo": ("rloo", True),
+    "reinforce_pp": ("reinforce_plus_plus", True),
+}
+
+
+def _estimator(config: AstunerConfig) -> tuple[str, bool]:
+    return lookup(config, "trainer_common.algorithm.adv_estimator", ESTIMATORS, "verl")
+
+
+def _mini_batch(config: AstunerConfig) -> int:
+    """verl counts its PPO mini-batch in prompts (it multiplies by rollout.n itself)."""
+    return max(1, config.data.train_batch_size // config.trainer_common.mini_batch_num)
+
+
+def _token_budget(config: AstunerConfig) -> int:
+    """A micro-batch must hold at least one whole sequence."""
+    return max(config.trainer_common.max_token_len_per_gpu, config.rollout.max_model_len)
+
+
+def _resume_mode(config: AstunerConfig) -> str:
+    resume = config.trainer_common.resume
+    return resume if resume in ("disable", "auto") else "resume_path"
+
+
+def _resume_path(config: AstunerConfig) -> str | None:
+    resume = config.trainer_common.resume
+    return None if resume in ("disable", "auto") else resume
+
+
+ACTOR = "actor_rollout_ref.actor"
+ROLLOUT = "actor_rollout_ref.rollout"
+REF = "actor_rollout_ref.ref"
+
+RULES: dict[str, Source] = {
+    "trainer.project_name": "project_name",
+    "trainer.experiment_name": "experiment_name",
+    "trainer.nnodes": "trainer_common.nnodes",
+    "trainer.n_gpus_per_node": "trainer_common.n_gpus_per_node",
+    "trainer.total_epochs": "trainer_common.total_epochs",
+    "trainer.total_training_steps": "trainer_common.total_training_steps",
+    "trainer.save_freq": "trainer_common.save_freq",
+    "trainer.test_freq": "trainer_common.test_freq",
+    "trainer.val_before_train": "trainer_common.val_before_train",
+    "trainer.logger": "trainer_common.logger",
+    "trainer.resume_mode": _resume_mode,
+    "trainer.resume_from_path": _resume_path,
+    "data.train_batch_size": "data.train_batch_size",
+    "data.max_prompt_length": "data.max_prompt_length",
+    "data.max_response_length": "data.max_response_length",
+    "data.seed": "trainer_common.seed",
+    "algorithm.adv_estimator": lambda c: _estimator(c)[0],
+    "algorithm.norm_adv_by_std_in_grpo": lambda c: _estimator(c)[1],
+    "algorithm.use_kl_in_reward": "trainer_common.algorithm.use_kl_in_reward",
+    "actor_rollout_ref.model.path": "model.path",
+    f"{ACTOR}.optim.lr": "trainer_common.optim.lr",
+    f"{ACTOR}.optim.weight_decay": "trainer_common.optim.weight_decay",
+    f"{ACTOR}.optim.lr_warmup_steps": "trainer_common.optim.lr_warmup_steps",
+    f"{ACTOR}.ppo_mini_batch_size": _mini_batch,
+    f"{ACTOR}.use_dynamic_bsz": lambda c: True,
+    f"{ACTOR}.ppo_max_token_len_per_gpu": _token_budget,
+    f"{ACTOR}.use_kl_loss": "trainer_common.use_kl_loss",
+    f"{ACTOR}.kl_loss_coef": "trainer_common.kl_loss_coef",
+    f"{ACTOR}.kl_loss_type": "trainer_common.kl_loss_type",
+    f"{ACTOR}.loss_agg_mode": "trainer_common.loss_agg_mode",
+    f"{ACTOR}.clip_ratio_low": "trainer_common.clip_ratio_low",
+    f"{ACTOR}.clip_ratio_high": "trainer_common.clip_ratio_high",
+    f"{ACTOR}.grad_clip": "trainer_common.grad_clip",
+    f"{ACTOR}.ulysses_sequence_parallel_size": "trainer_common.ulysses_sequence_parallel_size",
+    f"{ACTOR}.fsdp_config.param_offload": "trainer_common.fsdp_config.param_offload",
+    f"{ACTOR}.fsdp_config.optimizer_offload": "trainer_common.fsdp_config.optimizer_offload",
+    f"{REF}.log_prob_use_dynamic_bsz": lambda c: True,
+    f"{REF}.log_prob_max_token_len_per_gpu": _token_budget,
+    f"{ROLLOUT}.name": "rollout.name",
+    f"{ROLLOUT}.n": "rollout.num_repeat",
+    f"{ROLLOUT}.temperature": "rollout.temperature",
+    f"{ROLLOUT}.top_p": "rollout.top_p",
+    f"{ROLLOUT}.top_k": "rollout.top_k",
+    f"{ROLLOUT}.max_model_len": "rollout.max_model_len",
+    f"{ROLLOUT}.max_num_seqs": "rollout.max_num_seqs",
+    f"{ROLLOUT}.tensor_model_parallel_size": "rollout.tensor_model_parallel_size",
+    f"{ROLLOUT}.log_prob_use_dynamic_bsz": lambda c: True,
+    f"{ROLLOUT}.log_prob_max_token_len_per_gpu": _token_budget,
+    f"{ROLLOUT}.val_kwargs.temperature": "rollout.val_kwargs.temperature",
+    f"{ROLLOUT}.val_kwargs.top_p": "rollout.val_kwargs.top_p",
+    f"{ROLLOUT}.val_kwargs.top_k": "rollout.val_kwargs.top_k",
+    f"{ROLLOUT}.val_kwargs.do_sample": "rollout.val_kwargs.do_sample",
+    f"{ROLLOUT}.val_kwargs.n": "trainer_common.val_pass_n",
+}
+
+# The agent loop reads each task from the row's extra_info and needs the chat
+# form of the prompt; the reward is the judge's, set by the agent loop.
+FIXED: dict[str, Any] = {
+    f"{ROLLOUT}.agent.default_agent_loop": AGENT_LOOP_NAME,
+    "data.return_raw_chat": True,
+}
+
+
+def translate(config: AstunerConfig) -> dict[str, Any]:
+    """verl keys (dotted) -> values: the table, the fixed wiring, then the `verl:` block."""
+    return {**apply_rules(config, RULES), **FIXED, **flatten(config.verl)}
+
+
+def hydra_overrides(flat: Mapping[str, Any]) -> list[str]:
+    """Command-line overrides for `python -m verl.trainer.main_ppo`.
+
+    Values are written in Hydra's grammar: strings quoted, lists in brackets,
+    None as null. A key the user wrote with a leading `+` (not in verl's
+    schema) keeps it.
+    """
+    return [f"{key}={_hydra_value(value)}" for key, value in flat.items()]
+
+
+def _hydra_value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_hydra_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{_hydra_value(v)}" for k, v in value.items()) + "}"
+    escaped = str(value).replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{escaped}'"
