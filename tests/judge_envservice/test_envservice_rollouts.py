@@ -160,7 +160,7 @@ def test_gym_env_works_from_plain_threads_and_async_code(server: LoopbackServer)
 
 
 def test_a_step_that_hangs_past_the_timeout_fails_the_rollout_once(qwen25, server: LoopbackServer) -> None:
-    runner, factory = hang_runner(qwen25, server.url, timeout=0.5, create_params={"hang": 3.0})
+    runner, factory = hang_runner(qwen25, server.url, timeout=0.5, create_params={"hang": 1.5})
     [trajectory] = run(runner, factory, tasks(1, "hang"))
     assert trajectory.error is not None and "EnvServiceError" in trajectory.error
     assert "/step" in trajectory.error and "no answer within 0.5 s" in trajectory.error
@@ -170,12 +170,12 @@ def test_a_step_that_hangs_past_the_timeout_fails_the_rollout_once(qwen25, serve
 
 
 def test_rollout_timeout_and_cancellation_release_the_instance(qwen25, server: LoopbackServer) -> None:
-    runner, factory = hang_runner(qwen25, server.url, rollout_timeout=0.5, create_params={"hang": 3.0})
+    runner, factory = hang_runner(qwen25, server.url, rollout_timeout=0.5, create_params={"hang": 1.5})
     [timed_out] = run(runner, factory, tasks(1, "hang"))
     assert "Timeout: the rollout ran longer than 0.5 s" in timed_out.error
     assert server.counts()["live"] == 0
 
-    runner, factory = hang_runner(qwen25, server.url, create_params={"hang": 3.0})
+    runner, factory = hang_runner(qwen25, server.url, create_params={"hang": 1.5})
 
     async def cancel_midway() -> None:
         job = asyncio.create_task(runner.run(tasks(4, "hang"), SAMPLING, progress=False))

@@ -116,20 +116,24 @@ class Companion:
         return f"; its log {self.log_path} ends with: " + " | ".join(tail) if tail else ""
 
     def stop(self) -> None:
-        """SIGTERM to the process group we started, SIGKILL after `stop_timeout`; idempotent."""
+        """SIGTERM to the process group we started, SIGKILL after `stop_timeout`; idempotent.
+
+        Waits until no process of the group is left (a launcher script exits
+        at once, the server it started may take a moment to shut down).
+        """
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
+        if process is None:
             return
         for sig, wait in ((signal.SIGTERM, self.stop_timeout), (signal.SIGKILL, 5.0)):
             try:
                 os.killpg(process.pid, sig)
             except ProcessLookupError:
                 break
-            try:
-                process.wait(timeout=wait)
+            deadline = time.monotonic() + wait
+            while _group_alive(process) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if not _group_alive(process):
                 break
-            except subprocess.TimeoutExpired:
-                continue
         get_logger().info("companion stopped", name=self.name, pid=process.pid, returncode=process.poll())
 
     def __enter__(self) -> Companion:
@@ -139,6 +143,27 @@ class Companion:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def _group_alive(leader: subprocess.Popen[bytes]) -> bool:
+    """Whether any process of the group `leader` leads still runs (zombies do not count)."""
+    leader.poll()  # reaps the leader once it has exited
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(leader.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # After the command name: state, ppid, pgrp, ...
+        if fields[0] != "Z" and int(fields[2]) == leader.pid:
+            return True
+    return False
 
 
 def _healthy(url: str) -> bool:

@@ -1,0 +1,106 @@
+"""Companion processes (astuner.companions): started, awaited on /healthz, stopped by their own PID."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from envservice_helpers import free_port, instance_counts
+
+from astuner.companions import Companion, appworld_companion, env_service_companion
+from astuner.config import load_config
+from astuner.errors import AstunerError
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "env_agent" / "env_agent.yaml"
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_config_errors_name_the_key() -> None:
+    remote = load_config(EXAMPLE, ["task_reader.env_service.env_url=http://10.0.0.5:8080"])
+    with pytest.raises(AstunerError, match=r"use http://127.0.0.1:<port>"):
+        env_service_companion(remote, "guess_number")
+    other = load_config(EXAMPLE, ["task_reader.env_service.env_type=countdown"])
+    with pytest.raises(AstunerError, match=r"task_reader.env_service.env_type is 'countdown'"):
+        env_service_companion(other, "guess_number")
+    with pytest.raises(AstunerError, match=r"APPWORLD_PATH .* is not set"):
+        appworld_companion(other, environ={"APPWORLD_SCRIPT": "bash run.sh"})
+    with pytest.raises(AstunerError, match="is not a folder"):
+        appworld_companion(other, environ={"APPWORLD_PATH": "/nonexistent", "APPWORLD_SCRIPT": "x"})
+
+
+def test_a_command_that_dies_is_reported_with_its_log(tmp_path: Path) -> None:
+    log = tmp_path / "companion.log"
+    dying = Companion(
+        "broken service",
+        [sys.executable, "-c", "import sys; print('port is taken'); sys.exit(3)"],
+        health_url=f"http://127.0.0.1:{free_port()}/healthz",
+        log_path=log,
+    )
+    with pytest.raises(AstunerError, match=r"exited with code 3 .*ends with: port is taken"):
+        dying.start()
+    assert dying.process is None
+
+
+def test_a_command_that_never_gets_healthy_is_stopped(tmp_path: Path) -> None:
+    silent = Companion(
+        "silent service",
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        health_url=f"http://127.0.0.1:{free_port()}/healthz",
+        startup_timeout=0.5,
+    )
+    with pytest.raises(AstunerError, match=r"did not answer .* within 0.5 s"):
+        silent.start()
+    assert silent.process is None  # stopped, and stop() is idempotent
+    silent.stop()
+
+
+@pytest.mark.slow
+def test_with_env_serves_the_configured_port_and_stops_exactly_its_process() -> None:
+    port = free_port()
+    config = load_config(EXAMPLE, [f"task_reader.env_service.env_url=http://127.0.0.1:{port}"])
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with env_service_companion(config, "guess_number") as companion:
+            pid = companion.pid
+            assert pid is not None and alive(pid)
+            assert instance_counts(f"http://127.0.0.1:{port}")["live"] == 0
+            with pytest.raises(AstunerError, match="something already answers"):
+                env_service_companion(config, "guess_number").start()
+        assert not alive(pid)
+        assert alive(bystander.pid)  # an unrelated python process is left alone
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"http://127.0.0.1:{port}/healthz")
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+@pytest.mark.slow
+def test_with_appworld_runs_the_script_and_stops_its_children(tmp_path: Path) -> None:
+    port = free_port()
+    config = load_config(EXAMPLE, [f"task_reader.env_service.env_url=http://127.0.0.1:{port}"])
+    # A stand-in for the AppWorld launcher: a script that starts the service as its child.
+    script = (
+        f"{sys.executable} -m astuner envservice serve --env guess_number --port {port} & "
+        "echo $! > child.pid; wait"
+    )
+    environ = {**os.environ, "APPWORLD_PATH": str(tmp_path), "APPWORLD_SCRIPT": script}
+    with appworld_companion(config, environ=environ) as companion:
+        child = int((tmp_path / "child.pid").read_text())
+        assert alive(companion.pid) and alive(child)
+        profile = httpx.post(f"http://127.0.0.1:{port}/get_env_profile", json={"env_type": "guess_number"})
+        assert json.loads(profile.text)["data"][0] == "train-0000"
+    assert not alive(child)
