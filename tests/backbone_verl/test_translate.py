@@ -77,7 +77,7 @@ def test_the_verl_block_is_laid_over_the_table(write_config) -> None:
 
 def test_an_estimator_verl_lacks_is_a_clear_error() -> None:
     config = load_config(None, ["trainer_common.algorithm.adv_estimator=ppo_gae"], environ={})
-    with pytest.raises(ConfigError, match="adv_estimator .ppo_gae. has no verl counterpart"):
+    with pytest.raises(ConfigError, match=r"adv_estimator 'ppo_gae' has no verl counterpart"):
         translate(config)
 
 

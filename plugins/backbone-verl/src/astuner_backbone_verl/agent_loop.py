@@ -117,7 +117,9 @@ class AstunerAgentLoop(AgentLoopBase):
         prompt = self.tokenizer.apply_chat_template(
             list(row.get("raw_prompt") or []), add_generation_prompt=True, tokenize=True
         )
-        prompt_ids = list(prompt["input_ids"] if isinstance(prompt, dict) else prompt)[-self.prompt_length :]
+        # transformers 5 returns a BatchEncoding where 4.x returned the ids
+        ids = prompt["input_ids"] if hasattr(prompt, "keys") else prompt
+        prompt_ids = list(ids)[-self.prompt_length :]
         return AgentLoopOutput(
             prompt_ids=prompt_ids,
             response_ids=[self.tokenizer.eos_token_id],
