@@ -1,0 +1,68 @@
+"""The Trinity translation table (everywhere) and Trinity's own `check_and_update` (Trinity env only)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+from astuner_backbone_trinity import plugin as trinity_plugin
+from astuner_backbone_trinity.translate import WORKFLOW_PATH, engine_config, translate
+
+from astuner.config import load_config
+from astuner.plugins import Plugins
+
+MATH_AGENT = Path(__file__).parents[2] / "examples" / "math_agent" / "math_agent.yaml"
+
+
+def test_math_agent_translates_with_computed_keys() -> None:
+    flat = translate(load_config(MATH_AGENT, environ={}))
+    assert flat["model.model_path"] == "builtin:smollm2-135m-instruct"
+    assert flat["algorithm.repeat_times"] == 4
+    assert flat["buffer.batch_size"] == 8
+    assert flat["buffer.train_batch_size"] == 8 * 4 * 1
+    assert flat["explorer.runner_per_model"] == 16
+    assert flat["algorithm.algorithm_type"] == "multi_step_grpo"
+    assert flat["monitor.monitor_type"] == "tensorboard"
+    assert flat["buffer.explorer_input.taskset.default_workflow_type"] == WORKFLOW_PATH
+
+
+def test_the_trinity_block_is_laid_over_the_table(write_config) -> None:
+    path = write_config(
+        {"rollout": {"multi_turn": {"expected_steps": 3}}},
+        trinity={"algorithm": {"algorithm_type": "grpo"}, "synchronizer.sync_interval": 2},
+    )
+    nested = engine_config(load_config(path, environ={}))
+    assert nested["algorithm"]["algorithm_type"] == "grpo"
+    assert nested["synchronizer"]["sync_interval"] == 2
+    assert nested["buffer"]["train_batch_size"] == 32 * 4 * 3
+
+
+@pytest.mark.skipif(importlib.util.find_spec("trinity") is not None, reason="Trinity is installed here")
+def test_plugins_list_says_the_engine_is_missing() -> None:
+    plugins = Plugins(load_entry_points=False)
+    plugins.add(trinity_plugin, name="backbone_trinity")
+    info = {i.name: i for i in plugins.infos()}["backbone_trinity"]
+    assert info.status == "engine not installed"
+    assert "astuner-backbone-trinity[engine]" in (info.error or "")
+
+
+def test_trinity_accepts_the_math_agent_translation(tmp_path: Path) -> None:
+    pytest.importorskip("trinity")
+    from trinity.common.config import load_config as trinity_load
+
+    nested = engine_config(load_config(MATH_AGENT, environ={}))
+    nested["checkpoint_root_dir"] = str(tmp_path / "ckpt")
+    nested["buffer"]["explorer_input"]["taskset"].update(
+        {"name": "astuner_train", "storage_type": "file", "path": str(tmp_path / "tasks"), "split": "train"}
+    )
+    path = tmp_path / "trinity.yaml"
+    path.write_text(yaml.safe_dump(nested), encoding="utf-8")
+    cfg = trinity_load(str(path))
+    cfg.check_and_update()
+    assert cfg.algorithm.repeat_times == 4
+    assert cfg.buffer.train_batch_size == 32
+    (taskset,) = cfg.buffer.explorer_input.tasksets
+    assert taskset.default_workflow_type == WORKFLOW_PATH and taskset.repeat_times == 4
+    assert cfg.model.model_path == "builtin:smollm2-135m-instruct"
