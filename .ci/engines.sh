@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# CI for the cluster backbones: verl and Trinity-RFT cannot share one environment
+# (trinity-rft 0.6.0 resolves verl 0.8.0), so each gets its own venv with the CPU
+# torch wheel (pinned by constraints.txt, which stops pip swapping in a CUDA build),
+# the engine through the plugin's `engine` extra, the kernel and the plugins its
+# tests load, all editable. Each plugin's tests then run there.
+# Usage: bash .ci/engines.sh [verl|trinity ...]   (default: both)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build() {  # build VENV PLUGIN_DIR
+    local venv=$1 plugin=$2 start
+    start=$(date +%s)
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q -c constraints.txt torch
+    "$venv/bin/pip" install -q -c constraints.txt hatchling editables pytest pytest-timeout
+    "$venv/bin/pip" install -q -c constraints.txt --no-build-isolation \
+        -e ./kernel -e "./$plugin[engine]" -e ./plugins/reader-hf -e ./plugins/judge-math
+    "$venv/bin/pip" check
+    echo "$venv built in $(( $(date +%s) - start )) s"
+}
+
+run_tests() {  # run_tests VENV TEST_DIR
+    local venv=$1 tests=$2 start
+    start=$(date +%s)
+    # Private caches and Ray settings: nothing lands in the home directory of a shared machine.
+    local scratch
+    scratch=$(mktemp -d)
+    HF_HOME="$scratch/hf" XDG_CACHE_HOME="$scratch/cache" RAY_AUTH_MODE=disabled \
+        RAY_USAGE_STATS_ENABLED=0 "$venv/bin/python" -m pytest "$tests" -q -p no:cacheprovider
+    rm -rf "$scratch"
+    echo "$tests took $(( $(date +%s) - start )) s"
+}
+
+engines=("$@")
+[ ${#engines[@]} -eq 0 ] && engines=(verl trinity)
+for engine in "${engines[@]}"; do
+    case $engine in
+        verl) build .venv-verl plugins/backbone-verl && run_tests .venv-verl tests/backbone_verl ;;
+        trinity) build .venv-trinity plugins/backbone-trinity && run_tests .venv-trinity tests/backbone_trinity ;;
+        *) echo "unknown engine '$engine': use verl or trinity" >&2; exit 2 ;;
+    esac
+done
