@@ -12,7 +12,7 @@ import httpx
 import pytest
 from envservice_helpers import free_port, instance_counts
 
-from astuner.companions import Companion, appworld_companion, env_service_companion
+from astuner.companions import Companion, appworld_companion, companions_for_run, env_service_companion
 from astuner.config import load_config
 from astuner.errors import AstunerError
 
@@ -39,6 +39,12 @@ def test_config_errors_name_the_key() -> None:
         appworld_companion(other, environ={"APPWORLD_SCRIPT": "bash run.sh"})
     with pytest.raises(AstunerError, match="is not a folder"):
         appworld_companion(other, environ={"APPWORLD_PATH": "/nonexistent", "APPWORLD_SCRIPT": "x"})
+
+
+def test_a_run_without_companions_starts_nothing(tmp_path: Path) -> None:
+    with companions_for_run(load_config(EXAMPLE), tmp_path) as started:
+        assert started == []
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_command_that_dies_is_reported_with_its_log(tmp_path: Path) -> None:
@@ -68,18 +74,19 @@ def test_a_command_that_never_gets_healthy_is_stopped(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_with_env_serves_the_configured_port_and_stops_exactly_its_process() -> None:
+def test_with_env_serves_the_configured_port_and_stops_exactly_its_process(tmp_path: Path) -> None:
     port = free_port()
     config = load_config(EXAMPLE, [f"task_reader.env_service.env_url=http://127.0.0.1:{port}"])
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        with env_service_companion(config, "guess_number") as companion:
+        with companions_for_run(config, tmp_path, with_env="guess_number") as [companion]:
             pid = companion.pid
             assert pid is not None and alive(pid)
             assert instance_counts(f"http://127.0.0.1:{port}")["live"] == 0
             with pytest.raises(AstunerError, match="something already answers"):
                 env_service_companion(config, "guess_number").start()
         assert not alive(pid)
+        assert "Starting server on" in (tmp_path / "envservice.log").read_text()
         assert alive(bystander.pid)  # an unrelated python process is left alone
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"http://127.0.0.1:{port}/healthz")

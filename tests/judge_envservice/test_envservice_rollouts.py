@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import greenback
 import pytest
 from astuner_judge_envservice.client import EnvServiceClient, EnvServiceError, RetryPolicy
 from astuner_judge_envservice.factory import EnvServiceGymFactory
@@ -152,6 +153,17 @@ def test_gym_env_works_from_plain_threads_and_async_code(server: LoopbackServer)
     obs, reward, _, info = results[0]
     assert reward in (0.0, 0.1, 1.0)
     assert isinstance(obs, str) and obs and info["state"][0]["content"] == obs
+
+    async def in_a_task_without_portal() -> list[Any]:
+        # The first call blocks this loop and gives the task a portal, usable from its next await on;
+        # the second call only suspends the task.
+        first = gym.step("Guess: 2")
+        await asyncio.sleep(0)
+        assert greenback.has_portal()
+        return [first, gym.step("Guess: 3")]
+
+    later = asyncio.run(in_a_task_without_portal())
+    assert [len(r) for r in later] == [4, 4] and gym.steps == 3
     first = gym.initial_messages
     assert gym.reset() == first and gym.steps == 0  # a fresh instance of the same task
     assert asyncio.run(gym.aevaluate()) == 0.0

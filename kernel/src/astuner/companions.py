@@ -16,8 +16,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -234,3 +236,43 @@ def appworld_companion(
         log_path=log_path,
         startup_timeout=600.0,
     )
+
+
+@contextmanager
+def companions_for_run(
+    config: Any, folder: str | Path, *, with_env: str | None = None, with_appworld: bool = False
+) -> Iterator[list[Companion]]:
+    """What `astuner run --with-env NAME / --with-appworld` starts, running while the block runs.
+
+    Logs go to `folder` (the experiment folder). In the main thread SIGTERM
+    is turned into SystemExit meanwhile, so a terminated run still stops
+    its companions.
+    """
+    folder = Path(folder)
+    with ExitStack() as stack:
+        started: list[Companion] = []
+        if with_env or with_appworld:
+            stack.enter_context(_sigterm_exits())
+        if with_env:
+            companion = env_service_companion(config, with_env, log_path=folder / "envservice.log")
+            started.append(stack.enter_context(companion))
+        if with_appworld:
+            companion = appworld_companion(config, log_path=folder / "appworld.log")
+            started.append(stack.enter_context(companion))
+        yield started
+
+
+@contextmanager
+def _sigterm_exits() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def exit_on_sigterm(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, exit_on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
