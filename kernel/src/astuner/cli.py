@@ -21,6 +21,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from astuner.companions import companions_for_run
 from astuner.components import build_backbone, build_reader, check_plugin_blocks, plugin_settings
 from astuner.config import AstunerConfig, load_config
 from astuner.errors import AstunerError
@@ -128,6 +129,21 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
         logview_port: Annotated[
             int, typer.Option("--logview-port", help="Port of the log viewer (0 picks a free one).")
         ] = 8181,
+        with_env: Annotated[
+            str | None,
+            typer.Option(
+                "--with-env",
+                help="Serve this reference environment (astuner envservice serve) at "
+                "task_reader.env_service.env_url for the run.",
+            ),
+        ] = None,
+        with_appworld: Annotated[
+            bool,
+            typer.Option(
+                "--with-appworld",
+                help="Run $APPWORLD_SCRIPT in $APPWORLD_PATH (the AppWorld service) for the run.",
+            ),
+        ] = False,
     ) -> None:
         """Run (and train) with a config: rollouts, judging, updates."""
         config = _load(plugins, conf, override, backbone)
@@ -145,7 +161,8 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
             typer.echo(f"log viewer: {viewer.url}")
         log.info("run started", experiment=str(experiment.path), config=str(conf))
         try:
-            runner.run(RunContext(config=config, experiment=experiment, plugins=plugins))
+            with companions_for_run(config, experiment.path, with_env=with_env, with_appworld=with_appworld):
+                runner.run(RunContext(config=config, experiment=experiment, plugins=plugins))
         except BaseException:
             if viewer is not None:
                 viewer.stop()

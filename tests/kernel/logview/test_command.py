@@ -14,16 +14,14 @@ import pytest
 from typer.testing import CliRunner
 
 from astuner.cli import make_app
-from astuner.default_plugins import logview_command
 from astuner.errors import AstunerError
 from astuner.logview import start_logview
 from astuner.plugins import Plugins
 
 
 def app_with_logview():
-    plugins = Plugins(load_entry_points=False)
-    plugins.add(logview_command, name="logview_command")
-    return make_app(plugins)
+    # `logview_command` is a kernel default plugin, so a fresh manager has it.
+    return make_app(Plugins(load_entry_points=False))
 
 
 def test_command_is_listed() -> None:
@@ -62,12 +60,9 @@ def test_command_serves_until_interrupted(record_root: Path) -> None:
         """
         import sys
         from astuner.cli import make_app
-        from astuner.default_plugins import logview_command
         from astuner.plugins import Plugins
 
-        plugins = Plugins(load_entry_points=False)
-        plugins.add(logview_command, name="logview_command")
-        make_app(plugins)(["logview", sys.argv[1], "--port", "0"])
+        make_app(Plugins(load_entry_points=False))(["logview", sys.argv[1], "--port", "0"])
         """
     )
     proc = subprocess.Popen(

@@ -10,9 +10,13 @@ prompt ids, has the engine generate, records the call, and returns it.
 from __future__ import annotations
 
 import copy
+import functools
+import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+
+import httpx
 
 from astuner.core.chat import normalize_messages
 from astuner.core.trajectory import LLMCall, ToolCall, Trajectory
@@ -60,6 +64,7 @@ class ModelTuner:
         self.step_rewards: list[float] = []
         self.env_steps: list[dict[str, Any]] = []
         self._text_calls: list[LLMCall] = []
+        self._http_clients: list[httpx.AsyncClient] = []
 
     # ----------------------------------------------------------------- calls
 
@@ -196,4 +201,19 @@ class ModelTuner:
             raise AstunerError(
                 "openai_client() needs the openai package: pip install 'astuner[openai]'."
             ) from exc
+        if "http_client" not in kwargs:
+            kwargs["http_client"] = httpx.AsyncClient(verify=_loopback_ssl_context(), timeout=None)
+            self._http_clients.append(kwargs["http_client"])
         return AsyncOpenAI(base_url=self.openai_base_url, api_key="astuner", **kwargs)
+
+    async def aclose(self) -> None:
+        """Close the HTTP clients `openai_client()` made (the runner calls this after the rollout)."""
+        while self._http_clients:
+            await self._http_clients.pop().aclose()
+
+
+@functools.cache
+def _loopback_ssl_context() -> ssl.SSLContext:
+    # The gateway is plain HTTP on loopback; building a default SSL context per
+    # client (loading the CA bundle) costs ~30 ms, so every client shares one.
+    return ssl.create_default_context()

@@ -169,6 +169,7 @@ class RolloutRunner:
             except Exception:
                 error = traceback.format_exc()
             finally:
+                await tuner.aclose()
                 if self.gateway is not None:
                     self.gateway.unregister(rollout_id)
             workflow_s = time.perf_counter() - started
