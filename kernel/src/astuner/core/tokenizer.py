@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from astuner.cache import build_once, cache_dir
 from astuner.core.chat import ChatTemplate, Message
 
 BUILTIN_PREFIX = "builtin:"
@@ -42,12 +41,6 @@ _END_OF_TURN_CANDIDATES = (
     "<|endoftext|>",
     "</s>",
 )
-
-
-def cache_dir() -> Path:
-    """Where astuner caches converted artefacts: `$ASTUNER_CACHE` or `~/.cache/astuner`."""
-    root = os.environ.get("ASTUNER_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "astuner"
 
 
 class ChatTokenizer:
@@ -195,22 +188,11 @@ def smollm2_gguf_path() -> Path:
 def smollm2_tokenizer_dir() -> Path:
     """A HuggingFace tokenizer folder for SmolLM2, converted from the GGUF on first use."""
     target = cache_dir() / "tokenizers" / f"{SMOLLM2}-v{_CONVERSION_VERSION}"
-    if (target / "tokenizer.json").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Convert into a private folder and rename it into place, so a concurrent
-    # or interrupted conversion never leaves a half-written cache behind.
-    tmp = Path(tempfile.mkdtemp(prefix=f".{SMOLLM2}-", dir=target.parent))
-    try:
-        gguf_to_hf_tokenizer(smollm2_gguf_path()).save_pretrained(str(tmp))
-        try:
-            tmp.rename(target)
-        except OSError:
-            if not (target / "tokenizer.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return build_once(
+        target,
+        "tokenizer.json",
+        lambda folder: gguf_to_hf_tokenizer(smollm2_gguf_path()).save_pretrained(str(folder)),
+    )
 
 
 def gguf_to_hf_tokenizer(gguf_path: str | os.PathLike[str]) -> Any:

@@ -8,17 +8,10 @@ astuner's cache; later loads read that folder in well under a second.
 from __future__ import annotations
 
 import hashlib
-import shutil
-import tempfile
 from pathlib import Path
 
-from astuner.core.tokenizer import (
-    BUILTIN_PREFIX,
-    SMOLLM2,
-    cache_dir,
-    gguf_to_hf_tokenizer,
-    smollm2_gguf_path,
-)
+from astuner.cache import build_once, cache_dir
+from astuner.core.tokenizer import BUILTIN_PREFIX, SMOLLM2, gguf_to_hf_tokenizer, smollm2_gguf_path
 from astuner.errors import AstunerError
 
 # Bump when the conversion changes so stale caches are not reused.
@@ -47,22 +40,7 @@ def resolve_model_dir(path: str) -> str:
 
 def _converted(gguf: Path, name: str) -> Path:
     target = cache_dir() / "models" / f"{name}-v{_CONVERSION_VERSION}"
-    if (target / "config.json").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Convert into a private folder and rename it into place: an interrupted
-    # conversion never leaves a half-written model that looks complete.
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
-    try:
-        convert_gguf(gguf, tmp)
-        try:
-            tmp.rename(target)
-        except OSError:
-            if not (target / "config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return build_once(target, "config.json", lambda folder: convert_gguf(gguf, folder))
 
 
 def convert_gguf(gguf: Path, out_dir: Path) -> None:
