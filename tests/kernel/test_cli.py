@@ -155,3 +155,12 @@ def test_seed_spelling_without_a_sub_command() -> None:
     ]
     assert normalise_argv(["--conf=x.yaml"]) == ["run", "--conf=x.yaml"]
     assert normalise_argv(["plugins", "list"]) == ["plugins", "list"]
+
+
+def test_plugins_list_shows_brackets_in_errors_verbatim(plugins: Plugins) -> None:
+    def register_judges(register):
+        raise RuntimeError("install it with pip install 'pkg[engine]'")
+
+    plugins.add(SimpleNamespace(register_judges=hookimpl(register_judges)), name="needs_extra")
+    result = invoke(make_app(plugins), "plugins", "list")
+    assert "pip install 'pkg[engine]'" in result.stdout

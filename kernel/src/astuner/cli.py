@@ -19,6 +19,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from astuner.companions import companions_for_run
@@ -129,6 +130,10 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
         logview_port: Annotated[
             int, typer.Option("--logview-port", help="Port of the log viewer (0 picks a free one).")
         ] = 8181,
+        with_ray: Annotated[
+            bool,
+            typer.Option("--with-ray", help="Start a private Ray head for this run and stop it at exit."),
+        ] = False,
         with_env: Annotated[
             str | None,
             typer.Option(
@@ -162,7 +167,9 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
         log.info("run started", experiment=str(experiment.path), config=str(conf))
         try:
             with companions_for_run(config, experiment.path, with_env=with_env, with_appworld=with_appworld):
-                runner.run(RunContext(config=config, experiment=experiment, plugins=plugins))
+                runner.run(
+                    RunContext(config=config, experiment=experiment, plugins=plugins, with_ray=with_ray)
+                )
         except BaseException:
             if viewer is not None:
                 viewer.stop()
@@ -189,7 +196,9 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
             return
         table = Table("name", "distribution", "version", "hooks", "provides", "status")
         for info in infos:
-            status = "ok" if info.status == "ok" else f"[red]{info.status}[/]: {info.error}"
+            status = "ok"
+            if info.status != "ok":
+                status = f"[red]{escape(info.status)}[/]: {escape(info.error or '')}"
             table.add_row(
                 info.name,
                 info.distribution or "-",

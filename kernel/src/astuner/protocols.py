@@ -42,6 +42,7 @@ class RunContext:
     config: AstunerConfig
     experiment: ExperimentDir
     plugins: Plugins
+    with_ray: bool = False
 
 
 @runtime_checkable
