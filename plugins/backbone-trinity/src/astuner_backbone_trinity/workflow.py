@@ -1,0 +1,105 @@
+"""The Trinity workflow `AstunerWorkflow`: one astuner workflow run per Trinity run.
+
+Trinity's explorer reads a task row, builds its `Task` with the workflow
+class the translated config names (`default_workflow_type`), instantiates it
+with `task.to_workflow(model_wrapper)` for every run and awaits
+`run_async()`. This class reads the astuner task from the row's
+`astuner_task`, runs the user's workflow, judge and madness checks with a
+`ModelTuner` whose engine is Trinity's model wrapper (token ids in, token
+ids and log-probs out), merges the recorded calls and returns one Trinity
+`Experience` per merged sample, each with the run's astuner reward.
+
+A run whose workflow raised is reported to Trinity by raising, as Trinity
+expects of a failed run: its runner records the error and trains on none
+of it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trinity.common.experience import Experience
+from trinity.common.workflows.workflow import Task as TrinityTask
+from trinity.common.workflows.workflow import Workflow
+
+from astuner.core.task import Task
+from astuner.core.trajectory import Sample, Trajectory
+from astuner.errors import AstunerError
+from astuner.logs import get_logger
+from astuner.rollout.engine import SamplingParams
+from astuner.rollout.episode import EpisodeSource, reward_of
+from astuner_backbone_trinity.model_engine import TrinityModelEngine
+
+TASK_FIELD = "astuner_task"
+
+
+class AstunerWorkflow(Workflow):
+    """Trinity's view of an astuner workflow run.
+
+    `workflow_args` (from the taskset the backbone writes) hold
+    `astuner_config` (the experiment's resolved config file) and
+    `astuner_search_paths` (where the workflow's import string is found);
+    without them `ASTUNER_CONFIG` / `ASTUNER_SEARCH_PATHS` are read.
+    """
+
+    is_async = True
+    can_repeat = False
+    can_reset = False
+
+    def __init__(self, *, task: TrinityTask, model: Any, auxiliary_models: list[Any] | None = None) -> None:
+        super().__init__(task=task, model=model, auxiliary_models=auxiliary_models)
+        args = task.workflow_args or {}
+        self.episodes = EpisodeSource.shared(args.get("astuner_config"), args.get("astuner_search_paths"))
+
+    def sampling(self) -> SamplingParams:
+        """The task's rollout arguments where Trinity set them, the astuner config elsewhere."""
+        rollout = self.episodes.config.rollout
+        args = self.task.rollout_args
+        return SamplingParams(
+            temperature=rollout.temperature if args.temperature is None else float(args.temperature),
+            top_p=rollout.top_p if args.top_p is None else float(args.top_p),
+            top_k=int(args.top_k) if args.top_k not in (None, -1) else rollout.top_k,
+            max_tokens=int(args.max_tokens or rollout.max_response_length_in_one_turn),
+        )
+
+    async def run_async(self) -> list[Experience]:
+        task = _astuner_task(self.task.raw_task or {})
+        engine = TrinityModelEngine(self.model)
+        trajectory, samples = await self.episodes.run(
+            task, engine, self.sampling(), group_id=str(self.task.task_id or task.task_id)
+        )
+        if trajectory.error:
+            raise AstunerError(f"The astuner workflow failed on task {task.task_id}:\n{trajectory.error}")
+        if not samples:
+            get_logger().warning("Trinity run made no trainable model call", task=task.task_id)
+        reward = reward_of(trajectory)
+        return [_experience(sample, step, reward, trajectory) for step, sample in enumerate(samples)]
+
+
+def _experience(sample: Sample, step: int, reward: float, trajectory: Trajectory) -> Experience:
+    """A multi-turn Trinity experience: tokens `(T,)`; logprobs and action_mask `(T - prompt_length,)`."""
+    start = sample.response_spans[0][0]
+    logprobs = sample.old_logprobs if sample.old_logprobs is not None else [0.0] * len(sample.input_ids)
+    experience = Experience(
+        tokens=sample.input_ids,
+        prompt_length=start,
+        logprobs=logprobs[start:],
+        action_mask=sample.loss_mask[start:],
+        reward=reward,
+        info={"astuner_trajectory": trajectory.trajectory_id, "agent_name": sample.agent_name},
+        metrics={k: float(v) for k, v in trajectory.metrics.items()},
+    )
+    experience.eid.step = step
+    return experience
+
+
+def _astuner_task(row: dict[str, Any]) -> Task:
+    """The astuner task the backbone stored in the row's `astuner_task`."""
+    raw = row.get(TASK_FIELD)
+    if raw is None:
+        raise AstunerError(
+            f"The Trinity task row has no '{TASK_FIELD}' field: the workflow "
+            f"'{AstunerWorkflow.__module__}.AstunerWorkflow' runs on the task files that "
+            "`astuner run --backbone trinity` writes."
+        )
+    return Task.model_validate(raw) if isinstance(raw, dict) else Task.model_validate_json(raw)

@@ -1,0 +1,141 @@
+"""`AstunerWorkflow` built and run exactly as Trinity's explorer does, through a full tool-using episode.
+
+Trinity's task formatter turns a task row into its `Task` with the workflow
+class the translated config names; the runner calls `task.to_workflow(model)`
+and awaits `run_async()`. The model wrapper is scripted: it answers a
+`{"prompt_token_ids": ...}` prompt as Trinity's vLLM actor does (one
+Experience: prompt + response tokens, prompt_length, response log-probs),
+with a tool call first and the answer once it sees the tool's result.
+Trinity env only (its model wrapper module imports vLLM, hence the script).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("trinity")
+
+import torch
+import yaml
+from astuner_backbone_trinity.translate import WORKFLOW_PATH
+from astuner_backbone_trinity.workflow import AstunerWorkflow
+from trinity.buffer.schema import FORMATTER
+from trinity.common.config import GenerationConfig, TasksetConfig
+from trinity.common.experience import Experience
+
+from astuner.core.task import Task
+from astuner.core.tokenizer import load_tokenizer
+from astuner.errors import AstunerError
+from astuner.rollout.episode import EpisodeSource
+
+HERE = Path(__file__).parent
+TOOL_LOGPROB, ANSWER_LOGPROB = -0.25, -0.5
+TOOL_CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "6 * 7"}}\n</tool_call>'
+
+
+class ScriptedModelWrapper:
+    """Trinity's `ModelWrapper.generate_async`, scripted: decoded prompt -> reply text."""
+
+    def __init__(self, tokenizer: Any, answer: str = "42", logprobs: bool = True) -> None:
+        self.tokenizer = tokenizer
+        self.answer = answer
+        self.logprobs = logprobs
+        self.requests: list[dict[str, Any]] = []
+
+    async def generate_async(self, prompts: list[Any], **kwargs: Any) -> list[Experience]:
+        (prompt,) = prompts
+        self.requests.append({"prompt": prompt, **kwargs})
+        ids = prompt["prompt_token_ids"]
+        seen_tool = "<tool_response>" in self.tokenizer.decode(ids)
+        text, logprob = (self.answer, ANSWER_LOGPROB) if seen_tool else (TOOL_CALL, TOOL_LOGPROB)
+        reply = [*self.tokenizer.encode(text), self.tokenizer.end_of_turn_id]
+        return [
+            Experience(
+                tokens=torch.tensor(ids + reply, dtype=torch.int32),
+                logprobs=torch.full((len(reply),), logprob) if self.logprobs else None,
+                prompt_length=len(ids),
+                response_text=text,
+            )
+        ]
+
+
+@pytest.fixture
+def taskset(tmp_path: Path, tiny_model_dir: Path) -> TasksetConfig:
+    config = tmp_path / "config.yaml"
+    block = {
+        "model": {"path": str(tiny_model_dir)},
+        "rollout": {"agentscope_workflow": "trinity_workflows->calculator_agent"},
+        "task_judge": {"judge_protocol": "exact"},
+    }
+    config.write_text(yaml.safe_dump({"astuner": block}), encoding="utf-8")
+    EpisodeSource._shared.clear()
+    return TasksetConfig(
+        name="astuner_train",
+        default_workflow_type=WORKFLOW_PATH,
+        rollout_args=GenerationConfig(temperature=0.7, top_p=0.9, max_tokens=64),
+        workflow_args={"astuner_config": str(config), "astuner_search_paths": [str(HERE)]},
+    )
+
+
+def _run(taskset: TasksetConfig, model: ScriptedModelWrapper, row: dict[str, Any]) -> list[Experience]:
+    """What Trinity's reader and workflow runner do with one row, for one run."""
+    trinity_task = FORMATTER.get("task")(taskset.to_storage_config()).format(row)
+    trinity_task.task_id = 0
+    workflow = trinity_task.to_workflow(model)
+    assert isinstance(workflow, AstunerWorkflow) and workflow.asynchronous
+    return asyncio.run(workflow.run_async())
+
+
+def _row(answer: str = "42") -> dict[str, Any]:
+    task = Task(task_id="t0", main_query="What is 6 * 7?", metadata={"answer": answer})
+    return {"astuner_task": task.model_dump_json()}
+
+
+def test_a_tool_episode_becomes_one_trinity_experience(taskset: TasksetConfig, tiny_model_dir: Path) -> None:
+    tokenizer = load_tokenizer(str(tiny_model_dir))
+    model = ScriptedModelWrapper(tokenizer)
+    (exp,) = _run(taskset, model, _row())
+
+    assert len(model.requests) == 2
+    first, second = (r["prompt"]["prompt_token_ids"] for r in model.requests)
+    assert all(r["logprobs"] == 0 and r["n"] == 1 for r in model.requests)
+    assert [(r["temperature"], r["top_p"], r["max_tokens"]) for r in model.requests] == [(0.7, 0.9, 64)] * 2
+    # token-in/token-out: the second prompt extends the first prompt and its reply exactly
+    tokens = exp.tokens.tolist()
+    assert exp.prompt_length == len(first)
+    assert tokens[: len(second)] == second and tokens[: len(first)] == first
+    mask = exp.action_mask.tolist()
+    assert len(mask) == len(exp.logprobs) == len(tokens) - exp.prompt_length
+    tool_reply = [*tokenizer.encode(TOOL_CALL), tokenizer.end_of_turn_id]
+    answer = [*tokenizer.encode("42"), tokenizer.end_of_turn_id]
+    n_tool_result = len(second) - len(first) - len(tool_reply)
+    assert mask == [1] * len(tool_reply) + [0] * n_tool_result + [1] * len(answer)
+    assert tokens[len(first) : len(first) + len(tool_reply)] == tool_reply
+    assert tokens[-len(answer) :] == answer
+    assert "<tool_response>" in tokenizer.decode(tokens[len(first) + len(tool_reply) : len(second)])
+    expected = [TOOL_LOGPROB] * len(tool_reply) + [0.0] * n_tool_result + [ANSWER_LOGPROB] * len(answer)
+    assert exp.logprobs.tolist() == pytest.approx(expected)
+    assert exp.reward == 1.0
+    assert exp.experience_type == "multi_turn"
+
+
+def test_the_reward_is_the_judge_and_madness_verdict(taskset: TasksetConfig, tiny_model_dir: Path) -> None:
+    tokenizer = load_tokenizer(str(tiny_model_dir))
+    (wrong,) = _run(taskset, ScriptedModelWrapper(tokenizer, answer="41"), _row())
+    assert wrong.reward == 0.0
+    # a stray special token in the reply fires the `nonsense` check: the madness reward replaces the judge's
+    (mad,) = _run(taskset, ScriptedModelWrapper(tokenizer, answer="42 <|im_start|> 42"), _row())
+    assert mad.reward == -1.0
+
+
+def test_a_failed_run_is_reported_to_trinity(taskset: TasksetConfig, tiny_model_dir: Path) -> None:
+    tokenizer = load_tokenizer(str(tiny_model_dir))
+    with pytest.raises(AstunerError, match="astuner_task"):
+        _run(taskset, ScriptedModelWrapper(tokenizer), {"question": "no astuner task here"})
+    # a model without log-probs makes the workflow raise inside the run: Trinity gets the error, no experience
+    with pytest.raises(AstunerError, match=r"(?s)workflow failed.*log-prob"):
+        _run(taskset, ScriptedModelWrapper(tokenizer, logprobs=False), _row())
