@@ -112,7 +112,11 @@ class TorchBackbone:
             _tasks(reader.read("train"), "train", config), config.data.train_batch_size, t.seed
         )
         total = t.total_training_steps or t.total_epochs * stream.batches_per_epoch
-        val_tasks = list(itertools.islice(reader.read("validation"), settings.val_max_tasks))
+        # The validation split is read only when validation runs: a reader may have none.
+        validates = t.val_before_train or t.test_freq <= total
+        val_tasks = (
+            list(itertools.islice(reader.read("validation"), settings.val_max_tasks)) if validates else []
+        )
 
         checkpoint = resume_from(config)
         seed_everything(t.seed)

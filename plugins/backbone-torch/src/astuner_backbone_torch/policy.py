@@ -89,7 +89,8 @@ class Policy:
         generator.eval()
         reference = None
         if need_reference and not lora:
-            reference = AutoModelForCausalLM.from_pretrained(base_dir, dtype=train_dtype).to(device).eval()
+            # float32 under the same autocast as the policy: identical numerics at step 0 (KL exactly 0).
+            reference = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).to(device).eval()
             reference.requires_grad_(False)
         tokenizer = AutoTokenizer.from_pretrained(base_dir)
         return cls(model, generator, reference, tokenizer, device, train_dtype, lora)
