@@ -5,6 +5,10 @@ it). At most `max_env_worker` runs are in flight. A run that raises or
 exceeds `rollout_timeout` is recorded with its traceback and excluded from
 training; it never stops the others.
 
+Executors: with `rollout.executor: ray` the workflow call of each run goes
+to a Ray task (`astuner.rollout.ray_executor`) whose model handle calls
+back through the gateway; engine, tracker, judge and checks stay here.
+
 Environments: with a `gym_env_factory`, every run gets its own environment.
 The factory is called as `factory(task)` (it may return an awaitable) in
 the same asyncio task that then runs the workflow, and counts against
@@ -25,7 +29,8 @@ import sys
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +87,7 @@ class RolloutRunner:
         self.auxiliary_models = dict(auxiliary_models or {})
         self.config = config
         self.gym_env_factory = gym_env_factory
+        self.executor = _executor(config)
 
     async def run(
         self,
@@ -101,8 +107,18 @@ class RolloutRunner:
             for i, task in enumerate(tasks)
             for repeat in range(num_repeat)
         ]
-        with tracker:
-            return list(await asyncio.gather(*jobs))
+        async with self._executor_session():
+            with tracker:
+                return list(await asyncio.gather(*jobs))
+
+    @asynccontextmanager
+    async def _executor_session(self) -> AsyncIterator[None]:
+        """The remote executor's cluster (and worker-facing gateway) for one `run()`."""
+        if self.executor is None:
+            yield
+            return
+        async with self.executor.session(self):
+            yield
 
     async def _run_one(
         self,
@@ -203,6 +219,8 @@ class RolloutRunner:
             if inspect.isawaitable(gym_env):
                 gym_env = await gym_env
             workflow_task.gym_env = tuner.gym_env = gym_env
+        if self.executor is not None:
+            return await self.executor.run_workflow(self, workflow_task, tuner)
         return await self.workflow.run(workflow_task, tuner)
 
     async def _judge(self, workflow_task: WorkflowTask, output: WorkflowOutput) -> JudgeOutput:
@@ -210,6 +228,16 @@ class RolloutRunner:
         if callable(judge_rollout):
             return await judge_rollout(workflow_task, output)
         return await self.judge.judge(workflow_task.task, output)
+
+
+def _executor(config: Any) -> Any:
+    """None for `rollout.executor: local` (or no config); the Ray executor, imported only then."""
+    rollout = getattr(config, "rollout", None)
+    if getattr(rollout, "executor", "local") != "ray":
+        return None
+    from astuner.rollout.ray_executor import RayExecutor
+
+    return RayExecutor(config)
 
 
 async def _release(gym_env: Any, rollout_id: str) -> None:
