@@ -1,0 +1,99 @@
+"""`astuner run --backbone torch -o rollout.executor=ray`: a training step whose rollouts run on Ray.
+
+A local Ray head (private temp dir, token auth off, stopped by process id)
+is started here; `astuner run` finds it through RAY_ADDRESS. The workflow
+file sits next to the config and is imported by string in the workers; it
+reports its process id, so the test can tell the rollouts left the trainer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("torch")
+pytest.importorskip("ray")
+
+from astuner.ray_cluster import RayHead
+from astuner.record import read_trajectories
+
+WORKFLOW = """
+import os
+from astuner import ModelTuner, Workflow, WorkflowOutput, WorkflowTask
+
+
+class AskTwice(Workflow):
+    async def execute(self, workflow_task: WorkflowTask, model_tuner: ModelTuner) -> WorkflowOutput:
+        messages = [{"role": "user", "content": workflow_task.task.main_query}]
+        first = await model_tuner.chat(messages)
+        messages += [{"role": "assistant", "content": first.content}, {"role": "user", "content": "Sure?"}]
+        second = await model_tuner.chat(messages)
+        ids = first.response_ids + second.response_ids
+        return WorkflowOutput(
+            reward=sum(1 for i in ids if i % 2 == 0) / max(len(ids), 1), metadata={"pid": os.getpid()}
+        )
+"""
+
+
+def _config(folder: Path, tiny_model_dir: Path) -> Path:
+    (folder / "ray_workflow.py").write_text(WORKFLOW, encoding="utf-8")
+    block = {
+        "experiment_name": "ray_step",
+        "model": {"path": str(tiny_model_dir)},
+        "task_reader": {"type": "arith", "arith": {"train_size": 4, "validation_size": 2}},
+        "data": {"train_batch_size": 2},
+        "rollout": {
+            "agentscope_workflow": "ray_workflow->AskTwice",
+            "num_repeat": 2,
+            "temperature": 1.0,
+            "max_response_length_in_one_turn": 8,
+            "compute_madness_checklist": [],
+        },
+        "trainer_common": {"total_training_steps": 1, "save_freq": 1, "test_freq": 2, "optim": {"lr": 1e-3}},
+        "torch": {"train_dtype": "float32", "gen_dtype": "float32", "num_threads": 1},
+    }
+    path = folder / "ray_step.yaml"
+    path.write_text(yaml.safe_dump({"astuner": block}), encoding="utf-8")
+    return path
+
+
+@pytest.mark.slow
+def test_a_torch_training_step_with_rollouts_on_a_local_ray_cluster(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent))
+    assert ray_bin is not None, "ray is in requirements-dev.txt"
+    conf = _config(tmp_path, tiny_model_dir)
+    with RayHead(ray_bin, num_cpus=2) as head:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ASTUNER_")}
+        env.update(RAY_ADDRESS=head.address, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+        command = [sys.executable, "-m", "astuner", "run", "--conf", str(conf), "--backbone", "torch"]
+        process = subprocess.Popen(
+            [*command, "-o", "rollout.executor=ray"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    (run,) = sorted((tmp_path / "launcher_record" / "ray_step").iterdir())
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any(m.get("step") == 1 for m in metrics), metrics
+    trajectories = read_trajectories(run / "rollouts" / "step_1.jsonl")
+    assert len(trajectories) == 2 * 2  # train_batch_size tasks x num_repeat runs
+    for trajectory in trajectories:
+        assert trajectory.error is None, trajectory.error
+        assert trajectory.metadata["workflow_output"]["metadata"]["pid"] != process.pid  # ran in a Ray worker
+        assert len(trajectory.calls) == 2 and all(
+            c.response_ids and c.response_logprobs for c in trajectory.calls
+        )
+        assert isinstance(trajectory.reward, float)
