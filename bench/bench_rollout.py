@@ -160,10 +160,14 @@ def engine_vs_generate(repeats: int, max_new_tokens: int) -> None:
 
     ours, theirs = [], []
     for _ in range(repeats):  # alternate A/B so drift in machine load hits both
+        batches_before = engine.batches_run
         tokens, seconds = asyncio.run(through_runner())
         ours.append(tokens / seconds)
+        batches = engine.batches_run - batches_before
+        print(f"  engine: {tokens} tokens in {seconds:.1f} s, {batches} generate batch(es)")
         tokens, seconds = batched_generate()
         theirs.append(tokens / seconds)
+        print(f"  batched generate: {tokens} tokens in {seconds:.1f} s")
     a, b = statistics.median(ours), statistics.median(theirs)
     print(f"transformers engine, 32 concurrent rollouts: {a:8.1f} generated tokens/s (median of {repeats})")
     print(f"one batched model.generate, same 32 prompts: {b:8.1f} generated tokens/s")
