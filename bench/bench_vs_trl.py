@@ -325,6 +325,8 @@ def main() -> None:
             print(
                 f"round {round_} {side}: {len(got)} steps in {time.perf_counter() - began:.0f} s", flush=True
             )
+            for record in got:  # as they come, so an interrupted benchmark still shows what it measured
+                print("  " + json.dumps(record), flush=True)
             records += [{**r, "round": round_} for r in got]
     report(records)
 
