@@ -15,6 +15,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -186,3 +187,10 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def ray_head_for_run(with_ray: bool) -> contextlib.AbstractContextManager[object]:
+    """A private Ray head for `astuner run --with-ray`, or nothing when not asked for."""
+    if not with_ray:
+        return contextlib.nullcontext()
+    return RayHead(str(Path(sys.executable).with_name("ray")))

@@ -21,7 +21,7 @@ from astuner.components import build_reader
 from astuner.config import AstunerConfig
 from astuner.errors import AstunerError
 from astuner.protocols import RunContext
-from astuner.ray_cluster import RayHead, require_gpus
+from astuner.ray_cluster import ray_head_for_run, require_gpus
 from astuner_backbone_trinity.plugin import INSTALL_HINT, astuner_readiness
 from astuner_backbone_trinity.translate import engine_config
 
@@ -73,10 +73,7 @@ class TrinityBackbone:
         config_path = self.prepare(ctx)
         require_gpus("trinity")
         command = [str(Path(sys.executable).with_name("trinity")), "run", "--config", str(config_path)]
-        if getattr(ctx, "with_ray", False):
-            with RayHead(str(Path(sys.executable).with_name("ray"))):
-                run_trinity(command, ctx.experiment.path / "trinity.log")
-        else:
+        with ray_head_for_run(ctx.with_ray):
             run_trinity(command, ctx.experiment.path / "trinity.log")
 
 

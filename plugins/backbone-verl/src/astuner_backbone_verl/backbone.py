@@ -22,7 +22,7 @@ from astuner.components import build_reader
 from astuner.config import AstunerConfig
 from astuner.errors import AstunerError
 from astuner.protocols import RunContext
-from astuner.ray_cluster import RayHead, require_gpus
+from astuner.ray_cluster import ray_head_for_run, require_gpus
 from astuner.translation import nest
 from astuner_backbone_verl.plugin import INSTALL_HINT, astuner_readiness
 from astuner_backbone_verl.translate import AGENT_LOOP_NAME, hydra_overrides, translate
@@ -79,10 +79,7 @@ class VerlBackbone:
         overrides = self.prepare(ctx)
         require_gpus("verl")
         command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
-        if getattr(ctx, "with_ray", False):
-            with RayHead(str(Path(sys.executable).with_name("ray"))):
-                stream(command, ctx.experiment.path / "verl.log")
-        else:
+        with ray_head_for_run(ctx.with_ray):
             stream(command, ctx.experiment.path / "verl.log")
 
 
