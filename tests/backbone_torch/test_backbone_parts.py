@@ -1,4 +1,4 @@
-"""Backbone pieces that need no model: estimator names, the task stream, metrics."""
+"""Backbone pieces that need no model: estimator names, the task stream."""
 
 import pytest
 
@@ -6,11 +6,9 @@ pytest.importorskip("torch")
 
 from astuner_backbone_torch.backbone import estimator_name
 from astuner_backbone_torch.data import TaskStream
-from astuner_backbone_torch.metrics import pass_at_k, rollout_metrics
 
 from astuner.config import load_config
 from astuner.core.task import Task
-from astuner.core.trajectory import Trajectory
 from astuner.errors import ConfigError
 
 
@@ -38,26 +36,3 @@ def test_task_stream_is_seeded_covers_each_epoch_and_resumes_from_its_position()
     other_seed = TaskStream(tasks, batch_size=3, seed=2)
     assert [t.task_id for t in other_seed.next_batch()] != epoch[:3]
     assert len(TaskStream(tasks[:2], batch_size=8, seed=0).next_batch()) == 2
-
-
-def _traj(
-    group: str, reward: float | None, success: bool | None = None, error: str | None = None
-) -> Trajectory:
-    return Trajectory(
-        trajectory_id=f"{group}-{reward}", group_id=group, reward=reward, is_success=success, error=error
-    )
-
-
-def test_rollout_metrics_and_pass_at_k() -> None:
-    runs = [
-        _traj("a", 1.0, True),
-        _traj("a", 0.0, False),
-        _traj("b", 0.0, False),
-        _traj("b", None, error="boom"),
-    ]
-    metrics = rollout_metrics(runs, "val")
-    assert metrics["val/reward_mean"] == pytest.approx(1 / 3)
-    assert metrics["val/success_rate"] == 0.25
-    assert metrics["val/error_rate"] == 0.25
-    assert pass_at_k(runs, 1) == pytest.approx(0.25)  # group a: 1/2, group b: 0
-    assert pass_at_k(runs, 2) == pytest.approx(0.5)  # group a: certain with two tries

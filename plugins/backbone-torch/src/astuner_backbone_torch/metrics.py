@@ -1,61 +1,18 @@
-"""Step metrics: computed from a step's trajectories, written to metrics.jsonl and TensorBoard."""
+"""Step metrics: computed from a step's trajectories, written to metrics.jsonl and TensorBoard.
+
+The scoring functions live in the kernel (`astuner.core.metrics`, shared with
+`astuner eval`) and are re-exported here under their old names.
+"""
 
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from astuner.core.trajectory import Trajectory
+from astuner.core.metrics import pass_at_k, rollout_metrics, scalar_reward, succeeded
 
-
-def scalar_reward(trajectory: Trajectory) -> float | None:
-    """The trajectory's reward as one number (the sum of per-step rewards), or None if unscored."""
-    reward = trajectory.reward
-    if isinstance(reward, list):
-        return float(sum(reward))
-    return None if reward is None else float(reward)
-
-
-def succeeded(trajectory: Trajectory) -> bool:
-    """`is_success` when the judge said, else a positive reward."""
-    if trajectory.is_success is not None:
-        return trajectory.is_success
-    reward = scalar_reward(trajectory)
-    return reward is not None and reward > 0
-
-
-def rollout_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str, float]:
-    """Reward mean/std, success, madness and error rates, response length, turns."""
-    n = max(len(trajectories), 1)
-    scored = [r for t in trajectories if t.error is None and (r := scalar_reward(t)) is not None]
-    mean = sum(scored) / len(scored) if scored else 0.0
-    std = math.sqrt(sum((r - mean) ** 2 for r in scored) / len(scored)) if scored else 0.0
-    generated = [sum(len(c.response_ids) for c in t.calls) for t in trajectories]
-    return {
-        f"{prefix}/reward_mean": mean,
-        f"{prefix}/reward_std": std,
-        f"{prefix}/success_rate": sum(succeeded(t) for t in trajectories if t.error is None) / n,
-        f"{prefix}/madness_rate": sum(bool(t.madness) for t in trajectories) / n,
-        f"{prefix}/error_rate": sum(t.error is not None for t in trajectories) / n,
-        f"{prefix}/response_tokens_mean": sum(generated) / n,
-        f"{prefix}/turns_mean": sum(len(t.calls) for t in trajectories) / n,
-    }
-
-
-def pass_at_k(trajectories: Sequence[Trajectory], k: int) -> float:
-    """Unbiased pass@k averaged over tasks: 1 - C(n-c, k) / C(n, k) per task of n runs, c successes."""
-    by_task: dict[str, list[bool]] = {}
-    for t in trajectories:
-        by_task.setdefault(t.group_id, []).append(t.error is None and succeeded(t))
-    values = []
-    for runs in by_task.values():
-        n, c = len(runs), sum(runs)
-        kk = min(k, n)
-        values.append(1.0 - (math.comb(n - c, kk) / math.comb(n, kk) if n - c >= kk else 0.0))
-    return sum(values) / len(values) if values else 0.0
+__all__ = ["MetricsLog", "pass_at_k", "rollout_metrics", "scalar_reward", "succeeded"]
 
 
 class MetricsLog:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from astuner.config import AstunerConfig
+from astuner.core.metrics import pass_at_k, rollout_metrics
 from astuner.core.task import Task
 from astuner.core.trajectory import Trajectory
 from astuner.record import ExperimentDir, append_trajectories
 from astuner.rollout.runner import RolloutRunner
 from astuner.rollout.stack import sampling_from_config
-from astuner_backbone_torch.metrics import pass_at_k, rollout_metrics
 
 
 async def validate(

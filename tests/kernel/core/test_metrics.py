@@ -1,0 +1,59 @@
+"""Rollout scores: reward mean/std, success rate, pass@k (the unbiased estimator)."""
+
+import math
+
+import pytest
+
+from astuner.core.metrics import pass_at_k, rollout_metrics, scalar_reward, succeeded
+from astuner.core.trajectory import Trajectory
+
+
+def _traj(
+    group: str,
+    reward: float | list[float] | None,
+    success: bool | None = None,
+    error: str | None = None,
+    name: str = "",
+) -> Trajectory:
+    return Trajectory(
+        trajectory_id=f"{group}-{reward}-{name}",
+        group_id=group,
+        reward=reward,
+        is_success=success,
+        error=error,
+    )
+
+
+def test_rollout_metrics_and_pass_at_k() -> None:
+    runs = [
+        _traj("a", 1.0, True),
+        _traj("a", 0.0, False),
+        _traj("b", 0.0, False),
+        _traj("b", None, error="boom"),
+    ]
+    metrics = rollout_metrics(runs, "val")
+    assert metrics["val/reward_mean"] == pytest.approx(1 / 3)
+    assert metrics["val/reward_std"] == pytest.approx(math.sqrt(2 / 9))
+    assert metrics["val/success_rate"] == 0.25
+    assert metrics["val/error_rate"] == 0.25
+    assert pass_at_k(runs, 1) == pytest.approx(0.25)  # group a: 1/2, group b: 0
+    assert pass_at_k(runs, 2) == pytest.approx(0.5)  # group a: certain with two tries
+
+
+def test_pass_at_k_is_the_unbiased_estimator() -> None:
+    # One task, 5 runs, 2 successes: pass@2 = 1 - C(3,2)/C(5,2) = 1 - 3/10.
+    runs = [_traj("t", r, r > 0, name=str(i)) for i, r in enumerate([1.0, 0.0, 1.0, 0.0, 0.0])]
+    assert pass_at_k(runs, 2) == pytest.approx(0.7)
+    assert pass_at_k(runs, 1) == pytest.approx(0.4)
+    assert pass_at_k(runs, 4) == 1.0  # only 3 failures: any 4 runs hold a success
+    assert pass_at_k([], 3) == 0.0
+
+
+def test_per_step_rewards_sum_and_success_falls_back_to_a_positive_reward() -> None:
+    stepped = _traj("a", [0.5, 0.25])
+    assert scalar_reward(stepped) == 0.75
+    assert succeeded(stepped)  # no verdict from the judge: a positive reward counts
+    assert not succeeded(_traj("a", 0.0))
+    assert not succeeded(_traj("a", 1.0, success=False))  # the judge's verdict wins
+    assert scalar_reward(_traj("a", None)) is None
+    assert rollout_metrics([], "eval")["eval/reward_mean"] == 0.0
