@@ -22,14 +22,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from astuner.companions import companions_for_run
-from astuner.components import build_backbone, build_reader, check_plugin_blocks, plugin_settings
+from astuner.components import build_backbone, build_reader, check_plugin_blocks
 from astuner.config import AstunerConfig, load_config
 from astuner.errors import AstunerError
-from astuner.logs import configure_logging, get_logger
+from astuner.launch import prepare_run
+from astuner.logs import configure_logging
 from astuner.plugins import Plugins, kernel_version
-from astuner.protocols import RunContext
-from astuner.record import ExperimentDir
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -152,29 +150,19 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
     ) -> None:
         """Run (and train) with a config: rollouts, judging, updates."""
         config = _load(plugins, conf, override, backbone)
-        for kind, name in (("reader", config.task_reader.type), ("judge", config.task_judge.judge_protocol)):
-            plugin_settings(config, plugins.get(kind, name, config.search_paths()))
-        runner = build_backbone(config, plugins)
-        experiment = ExperimentDir.create(config)
-        configure_logging(verbose=_State.verbose, log_file=experiment.log_file)
-        log = get_logger(backbone=config.backbone)
+        prepared = prepare_run(config, plugins, verbose=_State.verbose)
         viewer = None
         if with_logview or keep_logview:
             from astuner.logview import start_logview
 
-            viewer = start_logview(experiment.path, port=logview_port)
+            viewer = start_logview(prepared.experiment.path, port=logview_port)
             typer.echo(f"log viewer: {viewer.url}")
-        log.info("run started", experiment=str(experiment.path), config=str(conf))
         try:
-            with companions_for_run(config, experiment.path, with_env=with_env, with_appworld=with_appworld):
-                runner.run(
-                    RunContext(config=config, experiment=experiment, plugins=plugins, with_ray=with_ray)
-                )
+            prepared.execute(with_ray=with_ray, with_env=with_env, with_appworld=with_appworld)
         except BaseException:
             if viewer is not None:
                 viewer.stop()
             raise
-        log.info("run finished", experiment=str(experiment.path))
         if viewer is not None and keep_logview:
             typer.echo(f"run finished; the log viewer stays at {viewer.url} (Ctrl-C to stop)")
             viewer.wait()
