@@ -8,5 +8,19 @@ from astuner.core.task import JudgeOutput, Task, WorkflowOutput, WorkflowTask
 from astuner.hookspecs import hookimpl
 from astuner.rollout.model_tuner import ModelTuner
 from astuner.rollout.workflow import Workflow
+from astuner.tuner import AlgorithmConfig, DatasetConfig, TuneResult, TunerModelConfig, tune
 
-__all__ = ["JudgeOutput", "ModelTuner", "Task", "Workflow", "WorkflowOutput", "WorkflowTask", "hookimpl"]
+__all__ = [
+    "AlgorithmConfig",
+    "DatasetConfig",
+    "JudgeOutput",
+    "ModelTuner",
+    "Task",
+    "TuneResult",
+    "TunerModelConfig",
+    "Workflow",
+    "WorkflowOutput",
+    "WorkflowTask",
+    "hookimpl",
+    "tune",
+]

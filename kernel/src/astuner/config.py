@@ -265,8 +265,16 @@ def load_config(
     path: str | Path | None,
     overrides: list[str] | None = None,
     environ: dict[str, str] | None = None,
+    *,
+    defaults: dict[str, Any] | None = None,
+    arguments: dict[str, Any] | None = None,
 ) -> AstunerConfig:
-    """Load, merge and validate a config; raise `ConfigError` with a readable reason."""
+    """Load, merge and validate a config; raise `ConfigError` with a readable reason.
+
+    The Python API (`astuner.tune()`) adds two layers: `defaults`, laid under
+    the file (its objects' default values), and `arguments`, laid over the
+    environment and under `overrides` (the values it was given explicitly).
+    """
     file_data: dict[str, Any] = {}
     source = None
     if path is not None:
@@ -275,12 +283,14 @@ def load_config(
     environ = dict(os.environ) if environ is None else environ
     env_data = _env_values(environ)
     override_data = parse_overrides(overrides or [])
-    merged = deep_merge(deep_merge(file_data, env_data), override_data)
+    arguments = arguments or {}
+    merged = deep_merge(deep_merge(defaults or {}, file_data), env_data)
+    merged = deep_merge(deep_merge(merged, arguments), override_data)
     try:
         config = AstunerConfig.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(
-            explain_validation_error(exc, AstunerConfig, source, env_data, override_data)
+            explain_validation_error(exc, AstunerConfig, source, env_data, override_data, arguments=arguments)
         ) from exc
     config._source = source
     if config.experiment_name == "read_yaml_name":

@@ -22,6 +22,7 @@ def explain_validation_error(
     env_data: dict[str, Any],
     override_data: dict[str, Any],
     prefix: str = "",
+    arguments: dict[str, Any] | None = None,
 ) -> str:
     """One readable paragraph for every error in `exc`."""
     problems = []
@@ -29,7 +30,7 @@ def explain_validation_error(
         loc = [str(part) for part in error["loc"]]
         key = ".".join([prefix, *loc] if prefix else loc)
         origin = describe_origin(
-            [*prefix.split("."), *loc] if prefix else loc, source, env_data, override_data
+            [*prefix.split("."), *loc] if prefix else loc, source, env_data, override_data, arguments
         )
         if error["type"] == "extra_forbidden":
             near = nearest_key(model, loc)
@@ -45,11 +46,17 @@ def explain_validation_error(
 
 
 def describe_origin(
-    loc: list[str], source: Path | None, env_data: dict[str, Any], override_data: dict[str, Any]
+    loc: list[str],
+    source: Path | None,
+    env_data: dict[str, Any],
+    override_data: dict[str, Any],
+    arguments: dict[str, Any] | None = None,
 ) -> str:
     """Where the value at `loc` came from, in words."""
     if _has_path(override_data, loc):
         return f"the command line (-o {'.'.join(loc)}=...)"
+    if arguments and _has_path(arguments, loc):
+        return f"the arguments of astuner.tune() ({'.'.join(loc)})"
     if _has_path(env_data, loc):
         return "environment variable ASTUNER__" + "__".join(part.upper() for part in loc)
     if source is None:

@@ -191,6 +191,13 @@ class Plugins:
         info.hooks = sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or [])
         _apply_readiness(plugin, info)
 
+    def remove(self, name: str) -> None:
+        """Unregister a plugin added by `add()`, e.g. the functions of one `astuner.tune()` call."""
+        if self.pm.get_plugin(name) is not None:
+            self.pm.unregister(name=name)
+        self._infos.pop(name, None)
+        self._registries = None
+
     def load_entry_points(self) -> None:
         """Load every `astuner` entry point, narrowed by ASTUNER_LOAD_PLUGINS."""
         allowed = _allowed_plugins()
