@@ -2,8 +2,8 @@
 
 Many rollouts run at once, each awaiting one model call. Their requests
 queue up; a single worker takes every waiting request with the same
-sampling settings, left-pads them into one batch and runs one `generate`
-(KV cache on) in a worker thread, so the event loop keeps serving the other
+sampling settings, decodes them as one batch (`decoding.decode`: KV cache, finished rows
+leave the batch at once) in a worker thread, so the event loop keeps serving the other
 rollouts meanwhile. Each request gets back its own tokens, the log-prob of
 each sampled token, and why it stopped.
 """
@@ -19,11 +19,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from astuner.rollout.engine import FinishReason, Generation, SamplingParams
+from astuner.rollout.engine import Generation, SamplingParams
+from astuner_backbone_torch.decoding import Sampler, decode
 
 if TYPE_CHECKING:
-    import torch
-
     from astuner.config import AstunerConfig
 
 
@@ -135,75 +134,33 @@ class TransformersEngine:
             await asyncio.sleep(wait)
 
     def generate_batch(self, batch: list[_Request]) -> list[Generation]:
-        """Run one left-padded `generate` for requests that share sampling settings."""
+        """Decode requests that share sampling settings as one batch (see `decoding`)."""
         import torch
 
         sampling = batch[0].sampling
-        width = max(len(r.prompt_ids) for r in batch)
-        input_ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, request in enumerate(batch):
-            n = len(request.prompt_ids)
-            input_ids[row, width - n :] = torch.tensor(request.prompt_ids)
-            attention[row, width - n :] = 1
-        stop_ids = sorted({*self.eos_ids, *(i for r in batch for i in r.sampling.stop_token_ids)})
-        temperature = sampling.temperature if not sampling.greedy else 1.0
-        kwargs: dict[str, Any] = {
-            "max_new_tokens": max(r.sampling.max_tokens for r in batch),
-            "do_sample": not sampling.greedy,
-            "eos_token_id": stop_ids or None,
-            "pad_token_id": self.pad_id,
-            "output_logits": True,
-            "return_dict_in_generate": True,
-        }
-        if not sampling.greedy:
-            kwargs.update(temperature=temperature, top_p=sampling.top_p, top_k=max(sampling.top_k, 0))
-        else:
-            kwargs.update(temperature=None, top_p=None, top_k=None)
+        sampler = Sampler(
+            greedy=sampling.greedy,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=max(sampling.top_k, 0),
+        )
         if sampling.seed is not None:
             torch.manual_seed(sampling.seed)
-        with self.weights_lock, torch.inference_mode():
-            out = self.model.generate(
-                input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), **kwargs
+        eos = frozenset(self.eos_ids)
+        with self.weights_lock:
+            rows = decode(
+                self.model,
+                [r.prompt_ids for r in batch],
+                sampler=sampler,
+                max_new_tokens=[r.sampling.max_tokens for r in batch],
+                stop_ids=[eos | frozenset(r.sampling.stop_token_ids) for r in batch],
+                pad_id=self.pad_id,
             )
-            new_tokens = out.sequences[:, width:]
-            logprobs = _chosen_logprobs(out.logits, new_tokens, temperature)
         self.batches_run += 1
-        stops = set(stop_ids)
-        return [
-            _cut(new_tokens[row].tolist(), logprobs[row].tolist(), request.sampling, stops)
-            for row, request in enumerate(batch)
-        ]
+        return [Generation(row.token_ids, row.logprobs, row.finish_reason) for row in rows]
 
     async def aclose(self) -> None:
         self._executor.shutdown(wait=True)
-
-
-def _chosen_logprobs(step_logits: tuple[torch.Tensor, ...], tokens: torch.Tensor, temperature: float) -> Any:
-    """log-softmax(logits / T) of each sampled token, one generation step at a time.
-
-    step_logits: T tensors of [B, V] raw logits; tokens: [B, T]. Returns [B, T].
-    Done per step so the full [B, T, V] tensor is never materialised.
-    """
-    import torch
-
-    columns = [
-        torch.log_softmax(logits.float() / temperature, dim=-1).gather(1, tokens[:, i : i + 1])
-        for i, logits in enumerate(step_logits)
-    ]
-    return torch.cat(columns, dim=1).cpu()
-
-
-def _cut(ids: list[int], logprobs: list[float], sampling: SamplingParams, stops: set[int]) -> Generation:
-    """One row: up to and including its first stop token, at most its own max_tokens."""
-    own_stops = stops if not sampling.stop_token_ids else stops | set(sampling.stop_token_ids)
-    finish: FinishReason = "length"
-    end = min(len(ids), sampling.max_tokens)
-    for i, token in enumerate(ids[:end]):
-        if token in own_stops:
-            end, finish = i + 1, "stop"
-            break
-    return Generation(ids[:end], logprobs[:end], finish)
 
 
 def _device(name: str) -> str:

@@ -1,0 +1,94 @@
+"""The sampling loop: finished rows leave the batch, results equal decoding each prompt alone."""
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from astuner_backbone_torch.decoding import Sampler, decode, filtered_probs  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
+
+PROMPTS = [[5, 17, 42], [9, 9, 9, 9, 9, 9], [1], [300, 12, 77, 8]]
+GREEDY = Sampler(greedy=True)
+
+
+@pytest.fixture
+def model(tiny_model_dir: Path):
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+
+
+def _decode(model, prompts, limits, stops=frozenset(), sampler=GREEDY):
+    return decode(
+        model,
+        prompts,
+        sampler=sampler,
+        max_new_tokens=limits,
+        stop_ids=[frozenset(stops)] * len(prompts),
+        pad_id=0,
+    )
+
+
+def test_rows_leave_the_batch_as_they_finish(model) -> None:
+    batch_sizes: list[int] = []
+    handle = model.register_forward_hook(
+        lambda _m, _a, kw, _o: batch_sizes.append(kw["input_ids"].shape[0]), with_kwargs=True
+    )
+    try:
+        rows = _decode(model, PROMPTS, [2, 5, 3, 8])
+    finally:
+        handle.remove()
+    assert [len(r.token_ids) for r in rows] == [2, 5, 3, 8]
+    assert all(r.finish_reason == "length" for r in rows)
+    # prefill with 4 rows, then steps 2..8 with the rows still under their limits
+    assert batch_sizes == [4, 4, 3, 2, 2, 1, 1, 1]
+
+
+def test_batched_greedy_equals_each_prompt_alone(model) -> None:
+    together = _decode(model, PROMPTS, [6, 3, 6, 5])
+    for prompt, limit, row in zip(PROMPTS, [6, 3, 6, 5], together, strict=True):
+        (alone,) = _decode(model, [prompt], [limit])
+        assert row.token_ids == alone.token_ids
+        assert torch.allclose(torch.tensor(row.logprobs), torch.tensor(alone.logprobs), atol=1e-5)
+
+
+def test_a_stop_token_ends_its_row_and_is_kept(model) -> None:
+    (free,) = _decode(model, [PROMPTS[0]], [6])
+    stop = free.token_ids[2]
+    first = free.token_ids.index(stop)
+    (stopped,) = _decode(model, [PROMPTS[0]], [6], stops={stop})
+    assert stopped.token_ids == free.token_ids[: first + 1]
+    assert stopped.finish_reason == "stop"
+
+
+def test_sampled_logprobs_are_of_the_unfiltered_tempered_distribution(model) -> None:
+    torch.manual_seed(0)
+    sampler = Sampler(temperature=0.7, top_p=0.5, top_k=5)
+    (row,) = _decode(model, [PROMPTS[3]], [5], sampler=sampler)
+    ids = torch.tensor([PROMPTS[3] + row.token_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(PROMPTS[3]) - 1 : -1]
+    expected = torch.log_softmax(logits / 0.7, -1).gather(1, torch.tensor(row.token_ids)[:, None])[:, 0]
+    assert torch.allclose(expected, torch.tensor(row.logprobs), atol=1e-5)
+
+
+def test_seeded_sampling_repeats() -> None:
+    sampler = Sampler(temperature=1.0)
+    logits = torch.randn(3, 50)
+    torch.manual_seed(7)
+    first = sampler.pick(logits)[0]
+    torch.manual_seed(7)
+    assert torch.equal(first, sampler.pick(logits)[0])
+
+
+def test_top_k_and_top_p_filters() -> None:
+    probs = torch.tensor([[0.5, 0.2, 0.15, 0.1, 0.05]])
+    logprobs = probs.log()
+    assert torch.allclose(filtered_probs(logprobs, 1.0, 0), probs)
+    assert torch.allclose(filtered_probs(logprobs, 1.0, 2), torch.tensor([[0.5, 0.2, 0, 0, 0]]))
+    # nucleus of mass >= 0.8: 0.5 + 0.2 + 0.15
+    assert torch.allclose(filtered_probs(logprobs, 0.8, 0), torch.tensor([[0.5, 0.2, 0.15, 0, 0]]))
+    # the most likely token always stays
+    assert torch.allclose(filtered_probs(logprobs, 0.1, 0), torch.tensor([[0.5, 0, 0, 0, 0]]))
+    # top-p applies to what top-k kept: 0.5 / 0.7 already covers 0.7
+    assert torch.allclose(filtered_probs(logprobs, 0.7, 2), torch.tensor([[0.5, 0, 0, 0, 0]]))
