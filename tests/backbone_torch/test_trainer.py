@@ -125,3 +125,82 @@ def test_kl_to_the_reference_is_zero_before_the_first_update(tiny_model_dir: Pat
     # mini_batch_num=2: two optimizer steps per update
     state = trainer.optimizer.state_dict()["state"]
     assert int(next(iter(state.values()))["step"]) == 4
+
+
+def weights(trainer: PolicyTrainer) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in trainer.policy.model.parameters()]
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+def test_skipping_zero_advantage_samples_leaves_the_update_unchanged(tiny_model_dir: Path, mode: str) -> None:
+    batch = fixed_batch()
+    for sample in batch[2:]:  # an equal-reward group: advantage 0 everywhere
+        sample.advantages = [0.0] * len(sample.advantages)
+    runs = {}
+    for skip in (True, False):
+        trainer = make_trainer(tiny_model_dir, lr=1e-2, loss_agg_mode=mode, skip_zero_advantage=skip)
+        samples = with_old_logprobs(trainer, batch)
+        runs[skip] = [trainer.update(samples) for _ in range(2)], weights(trainer)
+    (skipped, w_skip), (full, w_full) = runs[True], runs[False]
+    assert skipped[0]["skipped_samples"] == 2 and full[0]["skipped_samples"] == 0
+    assert skipped[0]["tokens_trained"] == full[0]["tokens_trained"] == 20
+    assert skipped[0]["real_tokens"] < full[0]["real_tokens"]
+    for a, b in zip(w_skip, w_full, strict=True):
+        assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()  # float noise: other batch shapes
+
+
+def test_a_step_where_nothing_carries_a_gradient_still_steps_the_optimizer(tiny_model_dir: Path) -> None:
+    trainer = make_trainer(tiny_model_dir, lr=1e-2)
+    samples = fixed_batch()
+    for sample in samples:
+        sample.advantages = [0.0] * len(sample.advantages)
+    before = weights(trainer)
+    metrics = trainer.update(samples)
+    assert metrics["micro_batches"] == 0 and metrics["skipped_samples"] == 4
+    assert int(next(iter(trainer.optimizer.state_dict()["state"].values()))["step"]) == 1
+    # AdamW's decoupled weight decay moves the weights even with zero gradients, as without skipping.
+    assert any(not torch.equal(a, b) for a, b in zip(before, weights(trainer), strict=True))
+
+
+def full_forward_logprobs(model, batch) -> torch.Tensor:
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]
+    return torch.log_softmax(logits.float(), -1).gather(2, batch.targets[..., None])[..., 0] * batch.mask
+
+
+def test_output_layer_runs_on_trained_positions_only(tiny_model_dir: Path) -> None:
+    trainer = make_trainer(tiny_model_dir)
+    model = trainer.policy.model
+    (batch,) = make_micro_batches(fixed_batch(), 10_000, trainer.pad_id)
+    with torch.no_grad():
+        trainer.logprobs(model, batch)  # the first call checks once that the model splits exactly
+    rows: list[int] = []
+    hook = model.get_output_embeddings().register_forward_hook(lambda _m, a, _o: rows.append(a[0].shape[0]))
+    try:
+        with torch.no_grad():
+            logprobs, _ = trainer.logprobs(model, batch)
+    finally:
+        hook.remove()
+    assert rows == [int(batch.mask.sum())]  # one call, on the 20 trained positions
+    assert torch.allclose(logprobs, full_forward_logprobs(model, batch), atol=1e-5)
+
+
+def test_a_model_that_rescales_its_logits_keeps_the_plain_forward(tiny_model_dir: Path) -> None:
+    from astuner_backbone_torch.models import decoder_and_head
+
+    trainer = make_trainer(tiny_model_dir)
+    model = trainer.policy.model
+    assert decoder_and_head(model) is not None
+    plain_forward = model.forward
+
+    def scaled(*args, **kwargs):
+        out = plain_forward(*args, **kwargs)
+        out.logits = out.logits * 0.5
+        return out
+
+    model.forward = scaled
+    assert decoder_and_head(model) is None
+    (batch,) = make_micro_batches(fixed_batch(), 10_000, trainer.pad_id)
+    with torch.no_grad():
+        logprobs, _ = trainer.logprobs(model, batch)
+    assert torch.allclose(logprobs, full_forward_logprobs(model, batch), atol=1e-5)

@@ -124,7 +124,10 @@ class TorchBackbone:
         policy = Policy.load(
             config, settings, need_reference=use_kl, weights=checkpoint.path if checkpoint else None
         )
-        trainer = PolicyTrainer(policy, UpdateSettings.from_config(config, settings.logprob_chunk))
+        update_settings = UpdateSettings.from_config(
+            config, settings.logprob_chunk, settings.skip_zero_advantage
+        )
+        trainer = PolicyTrainer(policy, update_settings)
         start = 0
         if checkpoint is not None:
             start = self._restore(checkpoint, trainer, stream)

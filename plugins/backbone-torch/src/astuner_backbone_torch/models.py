@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 from astuner.cache import build_once, cache_dir
 from astuner.core.tokenizer import BUILTIN_PREFIX, SMOLLM2, gguf_to_hf_tokenizer, smollm2_gguf_path
@@ -60,3 +61,38 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
     plain.load_state_dict(quantised.state_dict())
     plain.save_pretrained(str(out_dir))
     gguf_to_hf_tokenizer(gguf).save_pretrained(str(out_dir))
+
+
+def decoder_and_head(model: Any) -> tuple[Any, Any] | None:
+    """The model's body and output layer, when its logits are exactly `head(body(ids))`.
+
+    With them the trainer runs the output layer (the 49k-wide matmul and
+    log-softmax of SmolLM2) on trained positions only, not on prompts and
+    padding. Checked numerically once on a short input, so a model that
+    scales or caps its logits after the head (Gemma-2's soft-capping,
+    Cohere's logit_scale) gets None and keeps the plain forward.
+    """
+    import torch
+
+    get_decoder = getattr(model, "get_decoder", None)
+    get_head = getattr(model, "get_output_embeddings", None)
+    if get_decoder is None or get_head is None:
+        return None
+    decoder, head = get_decoder(), get_head()
+    if decoder is None or head is None or decoder is model:
+        return None
+    device = next(model.parameters()).device
+    ids = torch.tensor([[1, 2, 3, 4]], device=device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            whole = model(input_ids=ids, use_cache=False).logits.float()
+            split = head(decoder(input_ids=ids, use_cache=False).last_hidden_state).float()
+    except Exception:  # a body that does not take these arguments: keep the plain forward
+        return None
+    finally:
+        model.train(was_training)
+    if whole.shape != split.shape or not torch.allclose(whole, split, atol=1e-5, rtol=1e-4):
+        return None
+    return decoder, head

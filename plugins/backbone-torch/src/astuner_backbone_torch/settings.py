@@ -32,6 +32,11 @@ class TorchSettings(BaseModel):
     )
     num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default all cores.")
     logprob_chunk: int = Field(1024, ge=1, description="Positions per chunk of the log-prob computation.")
+    skip_zero_advantage: bool = Field(
+        True,
+        description="Skip forward/backward for samples with advantage 0 on every trained token "
+        "(their loss and gradient are 0; ignored when a KL loss is on).",
+    )
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in backward (less memory)."
     )

@@ -6,6 +6,14 @@ micro-batches of at most `max_token_len_per_gpu` padded tokens, and
 accumulates gradients over the micro-batches with the step-wide
 normalisation of `losses.aggregate`. Then: gradient clipping, AdamW, the
 learning-rate schedule, and a sync of the rollout copy.
+
+Two things are not computed because they cannot change the gradient:
+samples whose trained tokens all have advantage 0 (a GRPO group with equal
+rewards) when there is no KL term, since their PPO loss is 0 at any
+weights (they still count in the step's normaliser, so the update is the
+same as with them); and the output layer at untrained positions. Per-token
+statistics (entropy, clip fraction) are therefore over the samples that
+carry a gradient.
 """
 
 from __future__ import annotations
@@ -24,9 +32,9 @@ from astuner_backbone_torch.losses import (
     aggregate,
     kl_penalty,
     ppo_clip_loss,
-    step_norm,
     token_logprobs,
 )
+from astuner_backbone_torch.models import decoder_and_head
 from astuner_backbone_torch.policy import Policy
 
 
@@ -48,9 +56,12 @@ class UpdateSettings:
     max_tokens: int = 16384
     mini_batch_num: int = 1
     logprob_chunk: int = 1024
+    skip_zero_advantage: bool = True
 
     @classmethod
-    def from_config(cls, config: AstunerConfig, logprob_chunk: int = 1024) -> UpdateSettings:
+    def from_config(
+        cls, config: AstunerConfig, logprob_chunk: int = 1024, skip_zero_advantage: bool = True
+    ) -> UpdateSettings:
         t = config.trainer_common
         return cls(
             lr=t.optim.lr,
@@ -68,6 +79,7 @@ class UpdateSettings:
             max_tokens=t.max_token_len_per_gpu,
             mini_batch_num=t.mini_batch_num,
             logprob_chunk=logprob_chunk,
+            skip_zero_advantage=skip_zero_advantage,
         )
 
 
@@ -102,14 +114,37 @@ class PolicyTrainer:
         )
         pad = policy.tokenizer.pad_token_id
         self.pad_id: int = pad if pad is not None else (policy.tokenizer.eos_token_id or 0)
+        self._split_models: dict[int, tuple[Any, Any] | None] = {}
 
     def logprobs(self, model: Any, batch: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probs `(B, L-1)` of each next token under `model` at the sampling temperature, and entropy."""
+        """Log-probs `(B, L-1)` of each trained next token at the sampling temperature, and entropy.
+
+        Both are computed at trained positions (`batch.mask`) only and are 0
+        elsewhere: prompts and padding never go through the output layer.
+        """
+        picked = batch.mask > 0
+        parts = self._parts(model)
         with self.policy.autocast():
-            logits = model(
-                input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
-            ).logits[:, :-1]
-        return token_logprobs(logits, batch.targets, self.settings.temperature, self.settings.logprob_chunk)
+            if parts is None:
+                logits = model(
+                    input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
+                ).logits[:, :-1][picked]
+            else:
+                decoder, head = parts
+                hidden = decoder(
+                    input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
+                ).last_hidden_state
+                logits = head(hidden[:, :-1][picked])
+        logprobs, entropy = token_logprobs(
+            logits[None], batch.targets[picked][None], self.settings.temperature, self.settings.logprob_chunk
+        )
+        zeros = torch.zeros(picked.shape, dtype=torch.float32, device=picked.device)
+        return zeros.masked_scatter(picked, logprobs[0]), zeros.masked_scatter(picked, entropy[0])
+
+    def _parts(self, model: Any) -> tuple[Any, Any] | None:
+        if id(model) not in self._split_models:
+            self._split_models[id(model)] = decoder_and_head(model)
+        return self._split_models[id(model)]
 
     def loss(
         self, batch: MicroBatch, norm: StepNorm, ref_logprobs: torch.Tensor | None = None
@@ -142,14 +177,17 @@ class PolicyTrainer:
         s = self.settings
         model = self.policy.model
         totals = _Totals()
-        metrics: dict[str, float] = {"loss": 0.0, "micro_batches": 0, "padded_tokens": 0, "real_tokens": 0}
+        metrics: dict[str, float] = dict.fromkeys(
+            ("loss", "micro_batches", "padded_tokens", "real_tokens", "skipped_samples"), 0.0
+        )
         grad_norms: list[float] = []
         model.train()
         for part in _split(list(samples), s.mini_batch_num):
-            batches = make_micro_batches(part, s.max_tokens, self.pad_id)
-            norm = step_norm([b.mask for b in batches])
+            norm = sample_norm(part)
+            carrying = [x for x in part if self._carries_gradient(x)]
+            metrics["skipped_samples"] += len(part) - len(carrying)
             self.optimizer.zero_grad(set_to_none=True)
-            for batch in batches:
+            for batch in make_micro_batches(carrying, s.max_tokens, self.pad_id):
                 batch = batch.to(self.policy.device)
                 ref = self.reference_logprobs(batch) if s.use_kl_loss else None
                 loss, stats = self.loss(batch, norm, ref)
@@ -159,6 +197,9 @@ class PolicyTrainer:
                 metrics["micro_batches"] += 1
                 metrics["padded_tokens"] += batch.padded_tokens
                 metrics["real_tokens"] += batch.real_tokens
+            for p in self.policy.trainable_parameters():
+                if p.grad is None:  # nothing carried a gradient: AdamW still steps, as with zeros
+                    p.grad = torch.zeros_like(p)
             grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.trainable_parameters(), s.grad_clip)
             grad_norms.append(float(grad_norm))
             self.optimizer.step()
@@ -168,9 +209,15 @@ class PolicyTrainer:
         model.eval()
         self.policy.sync_generator()
         metrics["grad_norm"] = max(grad_norms) if grad_norms else 0.0
-        metrics["tokens_trained"] = totals.tokens
+        metrics["tokens_trained"] = sum(sum(x.loss_mask[1:]) for x in samples)
         metrics.update(totals.means())
         return metrics
+
+    def _carries_gradient(self, sample: Sample) -> bool:
+        """False when the sample's loss is 0 at any weights: advantage 0 on all trained tokens, no KL."""
+        if not self.settings.skip_zero_advantage or self.settings.use_kl_loss:
+            return True
+        return any(a != 0.0 for a, m in zip(sample.advantages, sample.loss_mask, strict=True) if m)
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
@@ -178,6 +225,12 @@ class PolicyTrainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+
+
+def sample_norm(samples: Sequence[Sample]) -> StepNorm:
+    """The step normaliser of `samples` (as `losses.step_norm` of their micro-batch masks)."""
+    trained = [sum(x.loss_mask[1:]) for x in samples]
+    return StepNorm(max(float(sum(trained)), 1.0), max(float(sum(1 for t in trained if t)), 1.0))
 
 
 def _split(samples: list[Sample], parts: int) -> list[list[Sample]]:
