@@ -1,0 +1,201 @@
+"""`astuner init NAME`: a project folder from a template that runs with `--backbone debug` at once."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from astuner.cli import make_app
+from astuner.config import load_config
+from astuner.errors import AstunerError
+from astuner.plugins import Plugins
+from astuner.record import read_trajectories
+from astuner.rollout.judging import load_judge
+from astuner.rollout.workflow import load_workflow
+from astuner.scaffold import TEMPLATES, check_name
+from astuner.testing.cli import run_astuner
+
+REPO = Path(__file__).resolve().parents[3]
+FILES = {
+    "math": ["README.md", "{n}.yaml", "{n}_judge.py", "{n}_workflow.py"],
+    "openai": ["README.md", "{n}.yaml", "{n}_judge.py", "{n}_workflow.py"],
+    "env": ["README.md", "{n}.yaml", "{n}_workflow.py"],
+}
+
+
+def readme_debug_command(folder: Path) -> list[str]:
+    """The one `astuner run ... --backbone debug` line the generated README gives."""
+    (line,) = [
+        line
+        for line in (folder / "README.md").read_text().splitlines()
+        if line.startswith("astuner run --conf") and "--backbone debug" in line
+    ]
+    return line.split()[1:]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_every_template_is_tested() -> None:
+    assert set(FILES) == set(TEMPLATES)
+
+
+@pytest.mark.parametrize("template", sorted(FILES))
+def test_scaffold_names_files_after_the_project_and_loads(
+    template: str, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = f"proj_{template}"
+    result = CliRunner().invoke(make_app(Plugins()), ["init", name, "--template", template])
+    assert result.exit_code == 0, result.output
+    folder = workdir / name
+    assert sorted(p.name for p in folder.iterdir()) == [f.format(n=name) for f in FILES[template]]
+    for path in folder.iterdir():
+        text = path.read_text()
+        assert "${" not in text and "NAME" not in text, path
+    assert f"astuner run --conf {name}/{name}.yaml --backbone debug" in result.stdout
+    # Import strings resolve from the config's folder, wherever the command runs.
+    monkeypatch.chdir(workdir.parent)
+    config = load_config(folder / f"{name}.yaml")
+    assert config.experiment_name == name
+    assert config.model.path == "builtin:smollm2-135m-instruct"
+    plugins = Plugins()
+    assert load_workflow(config, plugins) is not None
+    assert load_judge(config, plugins) is not None
+
+
+def test_names_that_are_not_identifiers_or_are_keywords_are_refused() -> None:
+    for bad in ("class", "a" * 65, "", "with space"):
+        with pytest.raises(AstunerError, match="project"):
+            check_name(bad)
+    check_name("my_agent2")
+
+
+def test_an_empty_existing_folder_is_filled_and_dir_is_made(workdir: Path) -> None:
+    (workdir / "empty").mkdir()
+    app = make_app(Plugins(load_entry_points=False))
+    assert CliRunner().invoke(app, ["init", "empty"]).exit_code == 0
+    assert (workdir / "empty" / "empty.yaml").is_file()
+    result = CliRunner().invoke(app, ["init", "nested", "--dir", "a/b"])
+    assert result.exit_code == 0, result.output
+    assert (workdir / "a" / "b" / "nested" / "nested_workflow.py").is_file()
+    assert "astuner run --conf a/b/nested/nested.yaml --backbone debug" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bad", ["1demo", "my-agent"])
+def test_a_bad_name_is_a_clear_error(bad: str, tmp_path: Path) -> None:
+    result = run_astuner("init", bad, cwd=tmp_path)
+    assert result.returncode == 1
+    assert f"'{bad}' cannot name a project" in result.stderr and "Python identifier" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_init_refuses_to_overwrite_a_folder_with_files(tmp_path: Path) -> None:
+    assert run_astuner("init", "demo", cwd=tmp_path).returncode == 0
+    workflow = tmp_path / "demo" / "demo_workflow.py"
+    workflow.write_text("# my edits\n")
+    result = run_astuner("init", "demo", "--template", "openai", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "already exists and is not empty" in result.stderr and "never overwrites" in result.stderr
+    assert workflow.read_text() == "# my edits\n"
+    assert "async def judge(task" in (tmp_path / "demo" / "demo_judge.py").read_text()  # still math's
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("template", ["math", "openai"])
+def test_config_show_and_data_preview_work_on_the_scaffold(template: str, tmp_path: Path) -> None:
+    assert run_astuner("init", "proj", "--template", template, cwd=tmp_path).returncode == 0
+    shown = run_astuner("config", "show", "--conf", "proj/proj.yaml", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "agentscope_workflow: proj_workflow->" in shown.stdout
+    preview = run_astuner("data", "preview", "--conf", "proj/proj.yaml", "-n", "2", cwd=tmp_path)
+    assert preview.returncode == 0, preview.stderr
+    assert "arith-train-00001" in preview.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("template", sorted(FILES))
+def test_the_readme_command_runs_the_scaffold_with_the_debug_backbone(
+    template: str, tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """The generated README's exact command, on the tiny model (and a free port for the environment)."""
+    assert run_astuner("init", "proj", "--template", template, cwd=tmp_path).returncode == 0
+    command = [*readme_debug_command(tmp_path / "proj"), "-o", f"model.path={tiny_model_dir}"]
+    if template == "env":
+        assert "--with-env" in command
+        command += ["-o", f"task_reader.env_service.env_url=http://127.0.0.1:{free_port()}"]
+    result = run_astuner(*command, cwd=tmp_path, timeout=280)
+    assert result.returncode == 0, result.stderr
+    config = load_config(tmp_path / "proj" / "proj.yaml")
+    (rollout_file,) = (tmp_path / "launcher_record" / "proj").glob("*/rollouts/debug.jsonl")
+    trajectories = read_trajectories(rollout_file)
+    assert len(trajectories) == config.debug.debug_first_n_tasks * config.debug.num_repeat
+    for t in trajectories:
+        assert t.error is None, t.error
+        assert isinstance(t.reward, float) and t.calls and t.calls[0].response_ids
+    if template == "env":
+        assert all(t.metadata["env_steps"] for t in trajectories)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_init_demo_then_debug_run_on_smollm2(tmp_path: Path) -> None:
+    """The quick start as a user types it: `astuner init demo`, then the debug run on SmolLM2."""
+    created = run_astuner("init", "demo", cwd=tmp_path)
+    assert created.returncode == 0, created.stderr
+    assert "astuner run --conf demo/demo.yaml --backbone debug" in created.stdout
+    result = run_astuner("run", "--conf", "demo/demo.yaml", "--backbone", "debug", cwd=tmp_path, timeout=880)
+    assert result.returncode == 0, result.stderr
+    assert "arith-validation-00003" in result.stdout
+    (rollout_file,) = (tmp_path / "launcher_record" / "demo").glob("*/rollouts/debug.jsonl")
+    trajectories = read_trajectories(rollout_file)
+    assert len(trajectories) == 4
+    for t in trajectories:
+        assert t.error is None, t.error
+        assert t.reward in (0.0, 1.0)
+        call = t.calls[0]
+        assert call.prompt_ids and call.response_ids
+        assert len(call.response_logprobs) == len(call.response_ids)
+    assert [tool["function"]["name"] for tool in trajectories[0].calls[0].tools or []] == ["calculate"]
+
+
+@pytest.mark.slow
+def test_templates_ship_in_the_wheel(tmp_path: Path) -> None:
+    """A non-editable install (the built wheel) finds its templates as package data."""
+    wheels, target = tmp_path / "wheels", tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(REPO / "kernel")],
+        check=True,
+        timeout=240,
+    )
+    (wheel,) = wheels.glob("astuner-*.whl")
+    subprocess.run(
+        [*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True, timeout=240
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASTUNER_")}
+    env["PYTHONPATH"] = str(target)
+    script = "import astuner, sys; from astuner.cli import main; print(astuner.__file__); sys.argv[1:] = "
+    result = subprocess.run(
+        [sys.executable, "-c", script + "['init', 'shipped', '--template', 'env']; main()"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(str(target))
+    assert re.search(r"env_type: guess_number", (tmp_path / "shipped" / "shipped.yaml").read_text())
