@@ -46,18 +46,37 @@ def configure_logging(*, verbose: bool = False, log_file: Path | None = None) ->
     console.setLevel(logging.DEBUG if verbose else logging.INFO)
     logger.addHandler(console)
     if log_file is not None:
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        json_handler = logging.FileHandler(log_file, encoding="utf-8")
-        json_handler.setFormatter(
-            structlog.stdlib.ProcessorFormatter(
-                processor=structlog.processors.JSONRenderer(), foreign_pre_chain=_SHARED_PROCESSORS
-            )
-        )
-        json_handler.setLevel(logging.DEBUG)
-        logger.addHandler(json_handler)
+        logger.addHandler(_json_file_handler(log_file))
     logger.setLevel(logging.DEBUG)
     logger.propagate = False
     _configured = True
+
+
+def log_to_file(log_file: Path) -> None:
+    """Send the log's JSON lines to `log_file` (instead of any earlier file), terminal unchanged.
+
+    For commands whose folder is made after the CLI configured logging
+    (`astuner eval`): they keep the `--verbose` choice already made.
+    """
+    if not _configured:
+        configure_logging()
+    stdlib = logging.getLogger(LOGGER_NAME)
+    for handler in [h for h in stdlib.handlers if isinstance(h, logging.FileHandler)]:
+        stdlib.removeHandler(handler)
+        handler.close()
+    stdlib.addHandler(_json_file_handler(log_file))
+
+
+def _json_file_handler(log_file: Path) -> logging.Handler:
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(log_file, encoding="utf-8")
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processor=structlog.processors.JSONRenderer(), foreign_pre_chain=_SHARED_PROCESSORS
+        )
+    )
+    handler.setLevel(logging.DEBUG)
+    return handler
 
 
 def get_logger(**context: Any) -> structlog.stdlib.BoundLogger:

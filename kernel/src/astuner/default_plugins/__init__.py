@@ -15,4 +15,5 @@ DEFAULT_PLUGINS: list[str] = [
     "astuner.default_plugins.debug_backbone",
     "astuner.default_plugins.logview_command",
     "astuner.default_plugins.init_command",
+    "astuner.default_plugins.eval_command",
 ]

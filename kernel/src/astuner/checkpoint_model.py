@@ -1,0 +1,105 @@
+"""The model folder `astuner eval --checkpoint DIR` runs: a full checkpoint as it is, LoRA merged.
+
+The torch backbone writes `checkpoints/step_<n>/` in HuggingFace format:
+either the whole model (`config.json` and weights) or, with LoRA, only the
+adapter (`adapter_config.json`, whose `base_model_name_or_path` names the
+base it was trained on). Every engine loads a plain model folder, so an
+adapter is merged into its base once, into astuner's cache (keyed by the
+adapter's path and modification time, so a re-saved step is merged again);
+later evaluations of the same checkpoint reuse that folder. Merging needs
+torch and peft, imported only then.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from astuner.cache import build_once, cache_dir
+from astuner.errors import AstunerError
+
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def model_for_checkpoint(checkpoint: Path) -> str:
+    """A folder every engine can load as `model.path` for this checkpoint, or a clear error."""
+    if not checkpoint.is_dir():
+        raise AstunerError(f"--checkpoint: {_not_a_checkpoint(checkpoint)}")
+    if (checkpoint / "config.json").is_file():
+        return str(checkpoint.resolve())
+    if (checkpoint / ADAPTER_CONFIG).is_file():
+        return str(merged_adapter(checkpoint))
+    found = _step_folders(checkpoint / "checkpoints")
+    hint = f" It is a run folder; its checkpoints: {', '.join(found)}." if found else ""
+    raise AstunerError(
+        f"--checkpoint: '{checkpoint}' holds no model: a checkpoint folder has config.json (the whole "
+        f"model) or {ADAPTER_CONFIG} (a LoRA adapter).{hint}"
+    )
+
+
+def _not_a_checkpoint(path: Path) -> str:
+    what = "is a file, not a folder" if path.exists() else "does not exist"
+    found = _step_folders(path.parent)
+    hint = f" Checkpoints next to it: {', '.join(found)}." if found else ""
+    return (
+        f"'{path}' {what}. Pass a checkpoint folder written by the torch backbone, "
+        f"<experiment_dir>/<experiment>/<time>/checkpoints/step_<n>.{hint}"
+    )
+
+
+def _step_folders(folder: Path) -> list[str]:
+    if not folder.is_dir():
+        return []
+    steps = [p for p in folder.iterdir() if p.is_dir() and p.name.startswith("step_")]
+    return [str(p) for p in sorted(steps, key=lambda p: (len(p.name), p.name))]
+
+
+def merged_adapter(checkpoint: Path) -> Path:
+    """The cached folder of `checkpoint`'s LoRA adapter merged into its base model."""
+    base = adapter_base(checkpoint)
+    stamp = max(f.stat().st_mtime_ns for f in checkpoint.iterdir() if f.is_file())
+    digest = hashlib.sha256(f"{checkpoint.resolve()}:{stamp}:{base}".encode()).hexdigest()[:12]
+    target = cache_dir() / "merged" / f"{checkpoint.name}-{digest}"
+    return build_once(target, "config.json", lambda folder: merge_adapter(checkpoint, base, folder))
+
+
+def adapter_base(checkpoint: Path) -> str:
+    """The base model the adapter was trained on, as its `adapter_config.json` names it."""
+    try:
+        base = json.loads((checkpoint / ADAPTER_CONFIG).read_text(encoding="utf-8")).get(
+            "base_model_name_or_path"
+        )
+    except (OSError, json.JSONDecodeError) as exc:
+        raise AstunerError(f"--checkpoint: cannot read {checkpoint / ADAPTER_CONFIG}: {exc}") from exc
+    if not base:
+        raise AstunerError(
+            f"--checkpoint: {checkpoint / ADAPTER_CONFIG} names no base model "
+            "(base_model_name_or_path), so the LoRA adapter cannot be merged; set it to the model "
+            "the adapter was trained on."
+        )
+    return str(base)
+
+
+def merge_adapter(checkpoint: Path, base: str, out_dir: Path) -> None:
+    """Load `base`, apply the adapter, fold it into the weights and save a plain model folder."""
+    try:
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as exc:
+        raise AstunerError(
+            f"--checkpoint: '{checkpoint}' is a LoRA adapter; merging it into its base model needs "
+            "torch and peft: pip install astuner-backbone-torch peft."
+        ) from exc
+    try:
+        model = AutoModelForCausalLM.from_pretrained(base, dtype="auto")
+    except OSError as exc:
+        raise AstunerError(
+            f"--checkpoint: the LoRA adapter's base model '{base}' (base_model_name_or_path in "
+            f"{checkpoint / ADAPTER_CONFIG}) cannot be loaded: {exc}. Point that field at the base "
+            "model's folder on this machine."
+        ) from exc
+    PeftModel.from_pretrained(model, str(checkpoint)).merge_and_unload().save_pretrained(str(out_dir))
+    # The torch backbone saves the tokenizer with every checkpoint; older folders fall back to the base's.
+    has_tokenizer = (checkpoint / "tokenizer_config.json").is_file()
+    AutoTokenizer.from_pretrained(str(checkpoint) if has_tokenizer else base).save_pretrained(str(out_dir))

@@ -1,0 +1,102 @@
+"""Command `astuner eval --conf X [--checkpoint DIR]`: mean reward, success rate and pass@k.
+
+The command builds its own plugin manager (everything installed, narrowed
+by ASTUNER_LOAD_PLUGINS like the CLI's), since a `register_commands` hook
+is handed only the command line; the work is in `astuner.evaluation`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, cast
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from astuner.cli import ConfOption, OverrideOption, handle_user_errors
+from astuner.components import check_plugin_blocks
+from astuner.config import load_config
+from astuner.hookspecs import hookimpl
+from astuner.plugins import Plugins
+from astuner.protocols import Split
+
+if TYPE_CHECKING:
+    from astuner.evaluation import EvalReport
+
+
+@handle_user_errors
+def evaluate(
+    conf: ConfOption,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(help="A checkpoints/step_<n> folder of a torch run; default: the config's model.path."),
+    ] = None,
+    split: Annotated[str, typer.Option(help="train or validation.")] = "validation",
+    n_samples: Annotated[
+        int,
+        typer.Option("--n-samples", "-k", min=1, help="Runs per task: 1 is greedy; k samples give pass@k."),
+    ] = 1,
+    temperature: Annotated[
+        float | None,
+        typer.Option(min=0.0, help="Sampling temperature (default: 0 for one sample, else the config's)."),
+    ] = None,
+    max_tasks: Annotated[
+        int | None, typer.Option("--max-tasks", min=1, help="Evaluate only the first N tasks.")
+    ] = None,
+    override: OverrideOption = None,
+    with_env: Annotated[
+        str | None,
+        typer.Option(
+            "--with-env",
+            help="Serve this reference environment at task_reader.env_service.env_url for the evaluation.",
+        ),
+    ] = None,
+    with_appworld: Annotated[
+        bool, typer.Option("--with-appworld", help="Run $APPWORLD_SCRIPT in $APPWORLD_PATH meanwhile.")
+    ] = False,
+) -> None:
+    """Evaluate the config's model or a checkpoint: mean reward, success rate, pass@k."""
+    from astuner.evaluation import EvalOptions, run_eval  # the rollout stack: only when evaluating
+
+    plugins = Plugins()
+    config = load_config(conf, override or [])
+    plugins.check_conflicts()
+    check_plugin_blocks(config, plugins)
+    options = EvalOptions(
+        split=cast(Split, split),  # run_eval says which splits exist
+        n_samples=n_samples,
+        temperature=temperature,
+        max_tasks=max_tasks,
+        checkpoint=checkpoint,
+        with_env=with_env,
+        with_appworld=with_appworld,
+    )
+    print_report(run_eval(config, plugins, options))
+
+
+def print_report(report: EvalReport) -> None:
+    from astuner.evaluation import SUMMARY_FILE
+
+    s, m = report.summary, report.metrics
+    errors = round(m["eval/error_rate"] * len(report.trajectories))
+    samples = "1 sample" if s["n_samples"] == 1 else f"{s['n_samples']} samples"
+    typer.echo(
+        f"eval: {s['checkpoint'] or s['model']} on {s['split']}, {s['tasks']} tasks x {samples} "
+        f"at temperature {s['temperature']:g}"
+    )
+    if s["checkpoint"] and s["model"] != s["checkpoint"]:
+        typer.echo(f"  (a LoRA adapter, merged into its base model in {s['model']})")
+    table = Table("metric", "value")
+    table.add_row("mean reward", f"{m['eval/reward_mean']:.4f}")
+    table.add_row("success rate", f"{m['eval/success_rate']:.4f}")
+    table.add_row(f"pass@{s['n_samples']}", f"{m[report.pass_key]:.4f}")
+    table.add_row("errors", f"{errors}/{len(report.trajectories)}")
+    Console(width=160, highlight=False).print(table)
+    typer.echo(f"trajectories: {s['rollouts']}")
+    typer.echo(f"summary:      {report.experiment.path / SUMMARY_FILE}")
+
+
+@hookimpl
+def register_commands(cli: typer.Typer) -> None:
+    cli.command("eval")(evaluate)

@@ -1,0 +1,163 @@
+"""`astuner eval`: score a model on one split, through the same rollout stack as every run.
+
+Greedy by default: one run per task at temperature 0. With `n_samples = k`
+each task runs k times at the config's sampling temperature, and pass@k
+(the unbiased estimator, `astuner.core.metrics`) says how often at least one
+of k tries succeeds. The model is the config's `model.path`, or a checkpoint
+folder in its place (`astuner.checkpoint_model`), served by whatever engine
+the config picks.
+
+An evaluation leaves a run folder like any run's, under the experiment
+`<experiment>_eval` so it never mixes with the training runs:
+`config.yaml` (backbone `eval`, the model actually evaluated),
+`rollouts/eval.jsonl` (every trajectory, for `astuner logview`),
+`metrics.jsonl` (one row, at the checkpoint's step) and `eval_summary.json`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from astuner.checkpoint_model import model_for_checkpoint
+from astuner.companions import companions_for_run
+from astuner.components import build_reader, engine_name, plugin_settings
+from astuner.config import AstunerConfig
+from astuner.core.metrics import pass_at_k, rollout_metrics
+from astuner.core.task import Task
+from astuner.core.trajectory import Trajectory
+from astuner.errors import AstunerError
+from astuner.logs import get_logger, log_to_file
+from astuner.plugins import Plugins
+from astuner.protocols import Split
+from astuner.record import ExperimentDir, append_trajectories
+from astuner.rollout.engine import SamplingParams
+from astuner.rollout.stack import rollout_stack
+
+SUMMARY_FILE = "eval_summary.json"
+ROLLOUT_FILE = "eval.jsonl"
+_STEP = re.compile(r"^step_(\d+)$")
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """What to evaluate and how; the command line's options."""
+
+    split: Split = "validation"
+    n_samples: int = 1
+    temperature: float | None = None
+    max_tasks: int | None = None
+    checkpoint: Path | None = None
+    with_env: str | None = None
+    with_appworld: bool = False
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    """The scores, the trajectories and where they were written."""
+
+    metrics: dict[str, float]
+    trajectories: list[Trajectory]
+    experiment: ExperimentDir
+    summary: dict[str, Any]
+
+    @property
+    def pass_key(self) -> str:
+        return f"eval/pass@{self.summary['n_samples']}"
+
+
+def eval_sampling(config: AstunerConfig, n_samples: int, temperature: float | None) -> SamplingParams:
+    """Greedy for one sample, the config's temperature for several, unless `temperature` is given."""
+    r = config.rollout
+    if temperature is None:
+        temperature = 0.0 if n_samples == 1 else r.temperature
+    return SamplingParams(temperature, r.top_p, r.top_k, r.max_response_length_in_one_turn)
+
+
+def eval_metrics(trajectories: Sequence[Trajectory], n_samples: int) -> dict[str, float]:
+    """`rollout_metrics` under `eval/`, plus `eval/pass@<n_samples>`."""
+    metrics = rollout_metrics(trajectories, "eval")
+    metrics[f"eval/pass@{n_samples}"] = pass_at_k(trajectories, n_samples)
+    return metrics
+
+
+def checkpoint_step(checkpoint: Path | None) -> int:
+    """The training step of a `step_<n>` folder (0 for the base model or another folder)."""
+    match = _STEP.match(checkpoint.name) if checkpoint is not None else None
+    return int(match.group(1)) if match else 0
+
+
+def prepare_eval_config(config: AstunerConfig, plugins: Plugins, options: EvalOptions) -> AstunerConfig:
+    """Check the options against the config, and point `model.path` at the checkpoint, if any."""
+    if options.split not in ("train", "validation"):
+        raise AstunerError(f"--split must be 'train' or 'validation', not '{options.split}'.")
+    for kind, name in (("reader", config.task_reader.type), ("judge", config.task_judge.judge_protocol)):
+        plugin_settings(config, plugins.get(kind, name, config.search_paths()))
+    if options.checkpoint is not None:
+        engine = engine_name(config, plugins)
+        if config.rollout.engine_url or engine == "openai":
+            where = f"rollout.engine_url ({config.rollout.engine_url})" if config.rollout.engine_url else ""
+            raise AstunerError(
+                f"--checkpoint needs an engine that loads model.path itself, but this config uses "
+                f"{where or 'the openai engine'}, which serves its own model. Unset rollout.engine_url "
+                "(-o rollout.engine_url=null) so astuner starts the engine on the checkpoint."
+            )
+        config.model.path = model_for_checkpoint(options.checkpoint)
+    config.experiment_name = f"{config.experiment_name}_eval"
+    config.backbone = "eval"
+    return config
+
+
+def read_tasks(config: AstunerConfig, plugins: Plugins, options: EvalOptions) -> list[Task]:
+    tasks = list(itertools.islice(build_reader(config, plugins).read(options.split), options.max_tasks))
+    if not tasks:
+        raise AstunerError(f"The {options.split} split of reader '{config.task_reader.type}' is empty.")
+    return tasks
+
+
+def run_eval(config: AstunerConfig, plugins: Plugins, options: EvalOptions) -> EvalReport:
+    """Evaluate and write the run folder; `config` is changed as `prepare_eval_config` says."""
+    config = prepare_eval_config(config, plugins, options)
+    sampling = eval_sampling(config, options.n_samples, options.temperature)
+    experiment = ExperimentDir.create(config)
+    log_to_file(experiment.log_file)
+    log = get_logger(backbone="eval")
+    log.info("eval started", experiment=str(experiment.path), model=config.model.path)
+    with companions_for_run(
+        config, experiment.path, with_env=options.with_env, with_appworld=options.with_appworld
+    ):
+        tasks = read_tasks(config, plugins, options)
+        trajectories = asyncio.run(_rollouts(config, plugins, tasks, sampling, options.n_samples))
+    append_trajectories(experiment.rollouts / ROLLOUT_FILE, trajectories)
+    metrics = eval_metrics(trajectories, options.n_samples)
+    step = checkpoint_step(options.checkpoint)
+    with experiment.metrics_file.open("a", encoding="utf-8") as out:
+        out.write(json.dumps({"step": step, **metrics}) + "\n")
+    summary = {
+        "config": str(config.source) if config.source else None,
+        "model": config.model.path,
+        "checkpoint": str(options.checkpoint.resolve()) if options.checkpoint else None,
+        "step": step,
+        "split": options.split,
+        "tasks": len(tasks),
+        "n_samples": options.n_samples,
+        "temperature": sampling.temperature,
+        "metrics": metrics,
+        "rollouts": str(experiment.rollouts / ROLLOUT_FILE),
+    }
+    (experiment.path / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    log.info("eval finished", experiment=str(experiment.path), **metrics)
+    return EvalReport(metrics, trajectories, experiment, summary)
+
+
+async def _rollouts(
+    config: AstunerConfig, plugins: Plugins, tasks: list[Task], sampling: SamplingParams, n_samples: int
+) -> list[Trajectory]:
+    async with rollout_stack(config, plugins) as runner:
+        return await runner.run(tasks, sampling, n_samples, tag="eval")

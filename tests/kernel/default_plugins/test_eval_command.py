@@ -1,0 +1,283 @@
+"""`astuner eval`: greedy and pass@k scores of a model or a checkpoint, written like a run."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from astuner import hookimpl
+from astuner.config import load_config
+from astuner.core.metrics import pass_at_k
+from astuner.core.tokenizer import ChatTokenizer
+from astuner.default_plugins.arith_reader import ArithReader, ArithReaderSettings
+from astuner.errors import AstunerError
+from astuner.evaluation import EvalOptions, eval_metrics, run_eval
+from astuner.logview.runs import find_runs, rollout_files, run_info
+from astuner.plugins import Plugins
+from astuner.record import read_trajectories
+from astuner.testing.cli import run_astuner
+from astuner.testing.engines import ScriptedEngine
+from astuner.testing.tokenizers import qwen25_tokenizer
+
+# One model call per task; the judge's verdict depends only on what was sampled,
+# so with sampling some runs of a task succeed and some fail.
+WORKFLOW = """
+from astuner import JudgeOutput, WorkflowOutput
+
+
+async def one_call(task, model):
+    call = await model.chat([{"role": "user", "content": task["question"]}])
+    return WorkflowOutput(response=call.content)
+
+
+async def even_length(task, response):
+    even = len(response or "") % 2 == 0
+    return JudgeOutput(reward=1.0 if even else 0.0, is_success=even)
+
+
+async def exact(task, response):
+    right = (response or "").strip() == task["answer"]
+    return JudgeOutput(reward=1.0 if right else 0.0, is_success=right)
+"""
+
+
+def write_project(folder: Path, model_path: str, judge: str = "even_length", **extra: dict) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "eval_flows.py").write_text(WORKFLOW)
+    block: dict = {
+        "experiment_name": "evalproj",
+        "model": {"path": model_path},
+        "task_reader": {"type": "arith", "arith": {"train_size": 4, "validation_size": 6}},
+        "task_judge": {"judge_protocol": f"eval_flows->{judge}"},
+        "data": {"train_batch_size": 2},
+        "rollout": {
+            "agentscope_workflow": "eval_flows->one_call",
+            "num_repeat": 2,
+            "temperature": 1.0,
+            "max_response_length_in_one_turn": 8,
+            "compute_madness_checklist": [],
+        },
+        "trainer_common": {"total_training_steps": 1, "save_freq": 1, "test_freq": 5, "seed": 3},
+    }
+    for key, value in extra.items():
+        block[key] = {**block.get(key, {}), **value}
+    conf = folder / "evalproj.yaml"
+    conf.write_text(yaml.safe_dump({"astuner": block}), encoding="utf-8")
+    return conf
+
+
+def eval_run(root: Path) -> Path:
+    (run,) = (root / "launcher_record" / "evalproj_eval").iterdir()
+    return run
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:
+    """One torch training step on the tiny model; the project folder (with the run under launcher_record)."""
+    pytest.importorskip("torch")
+    folder = tmp_path_factory.mktemp("trained")
+    conf = write_project(folder, str(tiny_model_dir), torch={"train_dtype": "float32", "num_threads": 1})
+    result = run_astuner("run", "--conf", conf.name, "--backbone", "torch", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    return folder
+
+
+def checkpoint_of(folder: Path) -> Path:
+    (checkpoint,) = (folder / "launcher_record" / "evalproj").glob("*/checkpoints/step_1")
+    return checkpoint
+
+
+# ----------------------------------------------------------------- in-process
+
+
+@pytest.fixture
+def scripted(plugins: Plugins, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """A scripted engine: every task's second call gives the right answer, other calls a wrong one."""
+    tokenizer_dir = tmp_path_factory.mktemp("tok")
+    qwen25_tokenizer().save_pretrained(tokenizer_dir)
+    tasks = list(ArithReader(ArithReaderSettings(train_size=4, validation_size=6)).read("validation"))
+    seen: Counter[str] = Counter()
+    temperatures: list[float] = []
+
+    def respond(prompt: str) -> str:
+        seen[prompt] += 1
+        answer = next(t.answer for t in tasks if t.main_query in prompt)
+        return answer if seen[prompt] == 2 else "0"
+
+    class Recording(ScriptedEngine):
+        async def generate(self, prompt_ids, sampling):
+            temperatures.append(sampling.temperature)
+            return await super().generate(prompt_ids, sampling)
+
+    def make_engine(config):
+        engine = Recording(ChatTokenizer(qwen25_tokenizer()), respond)
+        engine.tokenizer_path = str(tokenizer_dir)
+        return engine
+
+    plugins.add(
+        SimpleNamespace(register_engines=hookimpl(lambda register: register("scripted", make_engine))),
+        name="scripted_engine",
+    )
+    return SimpleNamespace(plugins=plugins, temperatures=temperatures, tokenizer_dir=tokenizer_dir)
+
+
+def test_k_samples_give_the_unbiased_pass_at_k(scripted: SimpleNamespace, workdir: Path) -> None:
+    conf = write_project(workdir, str(scripted.tokenizer_dir), judge="exact", rollout={"engine": "scripted"})
+    report = run_eval(load_config(conf), scripted.plugins, EvalOptions(n_samples=3, max_tasks=4))
+    # Each task: 3 runs, exactly one right. pass@3 = 1, success rate = pass@1 = 1/3.
+    assert report.metrics["eval/pass@3"] == 1.0
+    assert report.metrics["eval/success_rate"] == pytest.approx(1 / 3)
+    assert pass_at_k(report.trajectories, 2) == pytest.approx(2 / 3)
+    assert scripted.temperatures == [1.0] * 12  # the config's temperature when sampling
+    run = report.experiment.path
+    assert run.parent.name == "evalproj_eval"
+    assert read_trajectories(run / "rollouts" / "eval.jsonl") == report.trajectories
+    summary = json.loads((run / "eval_summary.json").read_text())
+    assert summary["metrics"] == report.metrics and summary["tasks"] == 4 and summary["n_samples"] == 3
+    assert json.loads((run / "metrics.jsonl").read_text())["eval/pass@3"] == 1.0
+
+
+def test_one_sample_is_greedy_and_the_run_shows_in_the_log_viewer(
+    scripted: SimpleNamespace, workdir: Path
+) -> None:
+    conf = write_project(workdir, str(scripted.tokenizer_dir), judge="exact", rollout={"engine": "scripted"})
+    report = run_eval(load_config(conf), scripted.plugins, EvalOptions())
+    assert scripted.temperatures == [0.0] * 6  # every validation task once, greedy
+    assert report.metrics["eval/pass@1"] == report.metrics["eval/success_rate"] == 0.0
+    (run,) = find_runs(workdir / "launcher_record")
+    info = run_info(workdir / "launcher_record", run)
+    assert (info.experiment, info.backbone) == ("evalproj_eval", "eval")
+    assert info.last_metrics["eval/reward_mean"] == 0.0
+    assert [f.name for f in rollout_files(run)] == ["eval.jsonl"]
+
+
+def test_bad_options_fail_before_a_folder_is_made(scripted: SimpleNamespace, workdir: Path) -> None:
+    conf = write_project(workdir, str(scripted.tokenizer_dir), rollout={"engine": "scripted"})
+    with pytest.raises(AstunerError, match="--split must be 'train' or 'validation'"):
+        run_eval(load_config(conf), scripted.plugins, EvalOptions(split="test"))
+    served = load_config(conf, ["rollout.engine_url=http://127.0.0.1:9", "rollout.engine=auto"])
+    with pytest.raises(AstunerError, match=r"rollout\.engine_url .*serves its own model"):
+        run_eval(served, scripted.plugins, EvalOptions(checkpoint=workdir))
+    assert not (workdir / "launcher_record").exists()
+
+
+def test_a_lora_adapter_is_merged_into_its_base(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The merged folder computes what base + adapter compute, and is built once."""
+    torch = pytest.importorskip("torch")
+    peft = pytest.importorskip("peft")
+    from transformers import AutoModelForCausalLM
+
+    from astuner.checkpoint_model import model_for_checkpoint
+
+    monkeypatch.setenv("ASTUNER_CACHE", str(tmp_path / "cache"))
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    lora = peft.get_peft_model(base, peft.LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM"))
+    with torch.no_grad():
+        for name, param in lora.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)  # B starts at zero; make the adapter change the model
+    adapter = tmp_path / "step_3"
+    lora.save_pretrained(adapter)
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.no_grad():
+        expected = lora(ids).logits
+        plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir)(ids).logits
+    merged = Path(model_for_checkpoint(adapter))
+    assert merged.parent == tmp_path / "cache" / "merged"
+    assert not (merged / "adapter_config.json").exists() and (merged / "tokenizer_config.json").exists()
+    with torch.no_grad():
+        got = AutoModelForCausalLM.from_pretrained(merged)(ids).logits
+    assert torch.allclose(got, expected, atol=1e-4)
+    assert not torch.allclose(got, plain, atol=1e-3)
+    assert model_for_checkpoint(adapter) == str(merged)
+
+
+# ----------------------------------------------------------------- command line
+
+
+@pytest.mark.slow
+def test_eval_of_a_trained_checkpoint_greedy_and_pass_at_k(trained: Path) -> None:
+    checkpoint = checkpoint_of(trained)
+    greedy = run_astuner("eval", "--conf", "evalproj.yaml", "--checkpoint", str(checkpoint), cwd=trained)
+    assert greedy.returncode == 0, greedy.stderr
+    for label in ("mean reward", "success rate", "pass@1", "eval.jsonl", "eval_summary.json"):
+        assert label in greedy.stdout, label
+    run = eval_run(trained)
+    summary = json.loads((run / "eval_summary.json").read_text())
+    assert summary["model"] == summary["checkpoint"] == str(checkpoint.resolve())
+    assert (summary["step"], summary["temperature"], summary["tasks"]) == (1, 0.0, 6)
+    trajectories = read_trajectories(run / "rollouts" / "eval.jsonl")
+    assert len(trajectories) == 6 and all(t.error is None and t.calls for t in trajectories)
+    assert summary["metrics"] == pytest.approx(eval_metrics(trajectories, 1))
+    assert yaml.safe_load((run / "config.yaml").read_text())["astuner"]["model"]["path"] == str(
+        checkpoint.resolve()
+    )
+
+    sampled = run_astuner(
+        "eval", "--conf", "evalproj.yaml", "--checkpoint", str(checkpoint), "-k", "4", "--max-tasks", "3",
+        cwd=trained,
+    )  # fmt: skip
+    assert sampled.returncode == 0, sampled.stderr
+    assert "pass@4" in sampled.stdout
+    (run,) = [r for r in (trained / "launcher_record" / "evalproj_eval").iterdir() if r != run]
+    summary = json.loads((run / "eval_summary.json").read_text())
+    trajectories = read_trajectories(run / "rollouts" / "eval.jsonl")
+    assert Counter(t.group_id for t in trajectories) == {"eval-0": 4, "eval-1": 4, "eval-2": 4}
+    assert summary["temperature"] == 1.0
+    assert summary["metrics"]["eval/pass@4"] == pytest.approx(pass_at_k(trajectories, 4))
+    # Sampling at temperature 1 from a random model: the four runs of a task differ.
+    assert len({tuple(t.calls[0].response_ids) for t in trajectories[:4]}) > 1
+
+
+@pytest.mark.slow
+def test_eval_of_a_lora_checkpoint(tmp_path: Path, tiny_model_dir: Path) -> None:
+    conf = write_project(
+        tmp_path,
+        str(tiny_model_dir),
+        model={"lora": {"rank": 4}},
+        torch={"train_dtype": "float32", "num_threads": 1},
+    )
+    cache = {"ASTUNER_CACHE": str(tmp_path / "cache")}
+    assert run_astuner("run", "--conf", conf.name, "--backbone", "torch", cwd=tmp_path).returncode == 0
+    checkpoint = checkpoint_of(tmp_path)
+    assert (checkpoint / "adapter_config.json").is_file()
+    result = run_astuner(
+        "eval",
+        "--conf",
+        conf.name,
+        "--checkpoint",
+        str(checkpoint),
+        "--max-tasks",
+        "2",
+        cwd=tmp_path,
+        env=cache,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "LoRA adapter, merged" in result.stdout
+    summary = json.loads((eval_run(tmp_path) / "eval_summary.json").read_text())
+    assert Path(summary["model"]).parent == tmp_path / "cache" / "merged"
+    assert len(read_trajectories(eval_run(tmp_path) / "rollouts" / "eval.jsonl")) == 2
+
+
+@pytest.mark.slow
+def test_a_missing_checkpoint_is_a_clear_error(trained: Path) -> None:
+    evals = trained / "launcher_record" / "evalproj_eval"
+    before = sorted(evals.iterdir()) if evals.exists() else []
+    missing = trained / "launcher_record" / "evalproj" / "nope" / "checkpoints" / "step_9"
+    result = run_astuner("eval", "--conf", "evalproj.yaml", "--checkpoint", str(missing), cwd=trained)
+    assert result.returncode == 1
+    assert f"'{missing}' does not exist" in result.stderr
+    assert "checkpoints/step_<n>" in result.stderr and "Traceback" not in result.stderr
+    run_folder = checkpoint_of(trained).parent.parent
+    result = run_astuner("eval", "--conf", "evalproj.yaml", "--checkpoint", str(run_folder), cwd=trained)
+    assert result.returncode == 1
+    assert "holds no model" in result.stderr and str(checkpoint_of(trained)) in result.stderr
+    assert (sorted(evals.iterdir()) if evals.exists() else []) == before  # no folder for a failed eval
