@@ -1,6 +1,10 @@
 """Token-budget micro-batches: length bucketing, budget, and the next-token layout."""
 
+import itertools
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -16,8 +20,51 @@ def test_plan_keeps_every_group_within_budget_and_sorts_by_length() -> None:
     for group in plan:
         longest = max(lengths[i] for i in group)
         assert len(group) * longest <= 80 or len(group) == 1
-    assert plan[0] == [1, 3, 6]  # the short ones together, in a stable order
+    flat = [i for g in plan for i in g]
+    assert flat == sorted(flat, key=lambda i: (lengths[i], i))  # shortest first, stable
     assert [4] in plan  # longer than the budget: alone
+
+
+def cost(plan: list[list[int]], lengths: list[int], batch_cost: int) -> int:
+    return sum(len(g) * max(lengths[i] for i in g) + batch_cost for g in plan)
+
+
+def best_cost_by_brute_force(lengths: list[int], max_tokens: int, batch_cost: int) -> int:
+    """Every way to cut the sorted samples into consecutive groups within the budget."""
+    ordered = sorted(lengths)
+    n = len(ordered)
+    best = None
+    for cuts in itertools.product([False, True], repeat=n - 1):
+        groups, current = [], [ordered[0]]
+        for length, cut in zip(ordered[1:], cuts, strict=True):
+            if cut:
+                groups.append(current)
+                current = []
+            current.append(length)
+        groups.append(current)
+        if any(len(g) > 1 and len(g) * max(g) > max_tokens for g in groups):
+            continue
+        total = sum(len(g) * max(g) + batch_cost for g in groups)
+        best = total if best is None else min(best, total)
+    return best
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 60), min_size=1, max_size=9),
+    max_tokens=st.integers(20, 200),
+    batch_cost=st.integers(0, 40),
+)
+def test_plan_wastes_the_fewest_tokens(lengths: list[int], max_tokens: int, batch_cost: int) -> None:
+    plan = plan_micro_batches(lengths, max_tokens, batch_cost)
+    assert cost(plan, lengths, batch_cost) == best_cost_by_brute_force(lengths, max_tokens, batch_cost)
+
+
+def test_plan_beats_filling_each_batch_to_the_budget() -> None:
+    # Greedy filling puts 10, 10, 100 together (300 padded); splitting off 100 pads nothing.
+    lengths = [10, 10, 100, 100, 100]
+    plan = plan_micro_batches(lengths, max_tokens=300, batch_cost=0)
+    assert plan == [[0, 1], [2, 3, 4]]
 
 
 def test_micro_batch_tensors_are_shifted_for_next_token_prediction() -> None:

@@ -1,10 +1,10 @@
 """Samples into micro-batches: length bucketing under a token budget.
 
 Samples are sorted by length and cut into consecutive runs whose padded
-size (rows x longest row) stays within `max_tokens`, so a micro-batch holds
-sequences of similar length and padding stays small; the gradient is
-accumulated over the micro-batches of a step. A sample longer than the
-budget gets a micro-batch of its own.
+size (rows x longest row) stays within `max_tokens`, choosing the cuts that
+waste the fewest padded tokens, so a micro-batch holds sequences of similar
+length; the gradient is accumulated over the micro-batches of a step. A
+sample longer than the budget gets a micro-batch of its own.
 
 Tensors are laid out for next-token prediction: row `i` holds the sample's
 ids, and position `t` of the target-side tensors (`targets`, `mask`,
@@ -63,24 +63,40 @@ class MicroBatch:
         )
 
 
-def plan_micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+# What one more micro-batch costs beyond its padded tokens (a pass's fixed
+# overhead), in tokens: enough to stop the plan from cutting many tiny batches.
+BATCH_COST_TOKENS = 64
+
+
+def plan_micro_batches(
+    lengths: Sequence[int], max_tokens: int, batch_cost: int = BATCH_COST_TOKENS
+) -> list[list[int]]:
     """Group sample indices so that `len(group) * max(length in group) <= max_tokens`.
 
-    Indices are taken shortest first (ties in index order, so the plan is
-    deterministic); a sample longer than `max_tokens` is alone in its group.
+    Samples are taken shortest first (ties in index order) and cut into
+    consecutive groups that minimise the padded tokens of all groups plus
+    `batch_cost` per group: a dynamic program over the sorted lengths,
+    O(n x the most rows a group can hold). A sample longer than
+    `max_tokens` is alone in its group.
     """
     order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    sorted_lengths = [lengths[i] for i in order]
+    n = len(order)
+    best = [0.0] + [float("inf")] * n  # best[j]: cheapest plan of the first j sorted samples
+    start = [0] * (n + 1)  # start[j]: where the last group of that plan begins
+    for j in range(1, n + 1):
+        longest = sorted_lengths[j - 1]  # sorted ascending: the group's last sample is its longest
+        most_rows = max(1, max_tokens // max(longest, 1))
+        for i in range(max(0, j - most_rows), j):
+            cost = best[i] + (j - i) * longest + batch_cost
+            if cost < best[j]:
+                best[j], start[j] = cost, i
     groups: list[list[int]] = []
-    current: list[int] = []
-    for i in order:
-        # Sorted ascending, so the newcomer is the longest of the group.
-        if current and (len(current) + 1) * lengths[i] > max_tokens:
-            groups.append(current)
-            current = []
-        current.append(i)
-    if current:
-        groups.append(current)
-    return groups
+    j = n
+    while j > 0:
+        groups.append(order[start[j] : j])
+        j = start[j]
+    return groups[::-1]
 
 
 def collate(samples: Sequence[Sample], indices: list[int], pad_id: int) -> MicroBatch:
