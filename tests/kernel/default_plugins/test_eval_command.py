@@ -15,6 +15,7 @@ from astuner.config import load_config
 from astuner.core.metrics import pass_at_k
 from astuner.core.tokenizer import ChatTokenizer
 from astuner.default_plugins.arith_reader import ArithReader, ArithReaderSettings
+from astuner.default_plugins.vllm_engine import free_port
 from astuner.errors import AstunerError
 from astuner.evaluation import EvalOptions, eval_metrics, run_eval
 from astuner.logview.runs import find_runs, rollout_files, run_info
@@ -281,3 +282,22 @@ def test_a_missing_checkpoint_is_a_clear_error(trained: Path) -> None:
     assert result.returncode == 1
     assert "holds no model" in result.stderr and str(checkpoint_of(trained)) in result.stderr
     assert (sorted(evals.iterdir()) if evals.exists() else []) == before  # no folder for a failed eval
+
+
+@pytest.mark.slow
+def test_eval_on_an_environment_serves_it_with_with_env(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """The env template's eval command: the service runs for the evaluation and the env judge scores."""
+    assert run_astuner("init", "game", "--template", "env", cwd=tmp_path).returncode == 0
+    result = run_astuner(
+        "eval", "--conf", "game/game.yaml", "--with-env", "guess_number", "--max-tasks", "2",
+        "-o", f"model.path={tiny_model_dir}",
+        "-o", f"task_reader.env_service.env_url=http://127.0.0.1:{free_port()}",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (run,) = (tmp_path / "launcher_record" / "game_eval").iterdir()
+    trajectories = read_trajectories(run / "rollouts" / "eval.jsonl")
+    assert [t.task_id for t in trajectories] == ["dev-0000", "dev-0001"]
+    for t in trajectories:
+        assert t.error is None, t.error
+        assert t.metadata["env_steps"] and "env_score" in t.metrics

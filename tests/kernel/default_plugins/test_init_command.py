@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from typer.testing import CliRunner
 
 from astuner.cli import make_app
 from astuner.config import load_config
+from astuner.default_plugins.vllm_engine import free_port
 from astuner.errors import AstunerError
 from astuner.plugins import Plugins
 from astuner.record import read_trajectories
@@ -38,12 +38,6 @@ def readme_debug_command(folder: Path) -> list[str]:
         if line.startswith("astuner run --conf") and "--backbone debug" in line
     ]
     return line.split()[1:]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_every_template_is_tested() -> None:
