@@ -213,3 +213,5 @@ def test_what_astuner_cannot_do_from_python_is_refused(dataset_dir: Path, tmp_pa
         )
     with pytest.raises(ConfigError, match=r"rollout.executor is 'ray'.*tune/tuner_parts.answer"):
         tune_config(workflow_func=answer, overrides=["rollout.executor=ray"])
+    with pytest.raises(ConfigError, match=r"backbone 'verl' runs each workflow in its engine's worker"):
+        tune_config(workflow_func=answer, backbone="verl")

@@ -4,9 +4,11 @@ The config names its workflow and judge by a string: a registered name or
 an import string. A function handed to `tune()` may live only in this
 process (a script's `__main__`, a notebook cell), so `tune()` registers it
 in the run's plugin manager under a name of its own,
-`tune/<module>.<qualified name>`, and the config names that. Backbones find
-it as they find an installed plugin's workflow, and `config.yaml` in the run
-folder says which function ran.
+`tune/<module>.<qualified name>`, and the config names that. Backbones that
+run workflows in this process (`torch`, `debug`) find it as they find an
+installed plugin's workflow, and `config.yaml` in the run folder says which
+function ran. Worker processes (`rollout.executor: ray`, the verl and Trinity
+engines) load workflows by import string, so `check()` refuses them.
 
 Both are checked when the plugin is built, before any model loads: a
 function must take exactly the parameters of its form (see
@@ -25,6 +27,9 @@ from astuner.rollout.judging import AdaptedJudge
 from astuner.rollout.workflow import adapt_workflow
 
 PREFIX = "tune/"
+# Backbones whose workflows run in their engine's worker processes, which read the
+# run's config.yaml afresh: a name registered in this process means nothing there.
+WORKER_BACKBONES = ("verl", "trinity")
 
 
 def registered_name(obj: Any) -> str:
@@ -65,6 +70,13 @@ class TuneFunctions:
 
     def check(self, config: AstunerConfig) -> None:
         """Objects of this process cannot run where the config sends workflows elsewhere."""
+        if config.backbone in WORKER_BACKBONES:
+            raise ConfigError(
+                f"backbone '{config.backbone}' runs each workflow in its engine's worker processes, which "
+                f"load it from the run's config.yaml by import string; the workflow given to tune() "
+                f"({self.workflow_name}) lives in this process only. Use backbone 'torch' or 'debug', or "
+                "name the workflow and judge by import string in a YAML config and run `astuner run`."
+            )
         if config.rollout.executor == "ray":
             raise ConfigError(
                 "rollout.executor is 'ray', which runs each workflow in a Ray worker that loads it by "
