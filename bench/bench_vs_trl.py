@@ -4,8 +4,16 @@ Both sides train SmolLM2-135M-Instruct (`builtin:smollm2-135m-instruct`) on
 the same a+b prompts in the same order with the same exact-answer reward:
 8 prompts x 4 generations per step, at most 128 new tokens, temperature 1,
 learning rate 1e-5 (constant), AdamW without weight decay, gradient
-clipping 1.0, no KL, a token-mean loss (TRL's `dapo`), bf16 autocast over
-float32 weights (TRL's `bf16=True`; gradient checkpointing off on both).
+clipping 1.0, no KL, a token-mean loss (TRL's `dapo`), float32 weights,
+gradient checkpointing off on both. Both sides compute in the dtype
+astuner's `auto` picks for the machine: bf16 autocast where bf16 is faster
+(a GPU, a CPU with AMX; TRL's `bf16=True`), else float32 (TRL's
+`bf16=False`), which on a CPU with only AVX512-BF16 is faster for both.
+
+astuner skips the forward/backward of samples whose advantage is 0 on
+every token (equal-reward groups; their gradient is 0); TRL computes them.
+`--keep-zero-advantage` turns the skip off, to see the rest of the
+difference on its own.
 Each side runs in its own process; runs alternate A/B/A/B so both see the
 same machine load. Printed: per-step times, the median seconds per step of
 each and the ratio TRL / astuner (with the generation and update parts).
@@ -85,7 +93,7 @@ async def add_workflow(task: dict, model: Any) -> Any:
     return WorkflowOutput(response=call.content, reward=reward(call.content, task["answer"]))
 
 
-def run_astuner(steps: int, workdir: Path) -> None:
+def run_astuner(steps: int, workdir: Path, skip_zero_advantage: bool) -> None:
     import yaml
     from astuner_backbone_torch.backbone import TorchBackbone
     from astuner_backbone_torch.settings import TorchSettings
@@ -129,7 +137,8 @@ def run_astuner(steps: int, workdir: Path) -> None:
     conf.write_text(yaml.safe_dump({"astuner": block}), encoding="utf-8")
     config = load_config(conf)
     experiment = ExperimentDir.create(config)
-    TorchBackbone(TorchSettings()).run(RunContext(config=config, experiment=experiment, plugins=Plugins()))
+    backbone = TorchBackbone(TorchSettings(skip_zero_advantage=skip_zero_advantage))
+    backbone.run(RunContext(config=config, experiment=experiment, plugins=Plugins()))
     for line in experiment.metrics_file.read_text().splitlines():
         m = json.loads(line)
         if "timing/step_s" not in m:
@@ -143,6 +152,7 @@ def run_astuner(steps: int, workdir: Path) -> None:
                 "update_s": m["timing/update_s"],
                 "reward": m["train/reward_mean"],
                 "tokens": m["actor/tokens_trained"],
+                "skipped": m["actor/skipped_samples"],
             }
         )
 
@@ -153,6 +163,7 @@ def run_astuner(steps: int, workdir: Path) -> None:
 def run_trl(steps: int, workdir: Path) -> None:
     import torch
     from astuner_backbone_torch.models import resolve_model_dir
+    from astuner_backbone_torch.policy import native_bf16, pick_device
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -170,7 +181,7 @@ def run_trl(steps: int, workdir: Path) -> None:
     args = GRPOConfig(
         output_dir=str(workdir / "trl"),
         use_cpu=not torch.cuda.is_available(),
-        bf16=True,
+        bf16=native_bf16(pick_device("auto")),
         per_device_train_batch_size=PROMPTS,
         gradient_accumulation_steps=GENERATIONS,
         num_generations=GENERATIONS,
@@ -268,10 +279,10 @@ def trl_env() -> Path:
     return python
 
 
-def run_side(python: Path, side: str, steps: int) -> list[dict[str, Any]]:
+def run_side(python: Path, side: str, steps: int, extra: list[str]) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix=f"astuner-bench-{side}-") as workdir:
         command = [str(python), str(Path(__file__).resolve()), "--side", side, "--steps", str(steps)]
-        command += ["--workdir", workdir]
+        command += ["--workdir", workdir, *extra]
         result = subprocess.run(command, cwd=HERE, capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"{side} run failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
@@ -306,12 +317,17 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=2, help="A/B rounds; each runs both sides once.")
     parser.add_argument("--steps", type=int, default=4, help="Optimizer steps per side per round.")
+    parser.add_argument(
+        "--keep-zero-advantage",
+        action="store_true",
+        help="astuner trains on zero-advantage samples too, as TRL does (torch.skip_zero_advantage: false).",
+    )
     parser.add_argument("--side", choices=["astuner", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side == "astuner":
         sys.path.insert(0, str(HERE))
-        run_astuner(args.steps, args.workdir)
+        run_astuner(args.steps, args.workdir, skip_zero_advantage=not args.keep_zero_advantage)
         return
     if args.side == "trl":
         run_trl(args.steps, args.workdir)
@@ -321,7 +337,8 @@ def main() -> None:
     for round_ in range(args.rounds):
         for side in ("astuner", "trl") if round_ % 2 == 0 else ("trl", "astuner"):
             began = time.perf_counter()
-            got = run_side(python, side, args.steps)
+            extra = ["--keep-zero-advantage"] if args.keep_zero_advantage and side == "astuner" else []
+            got = run_side(python, side, args.steps, extra)
             print(
                 f"round {round_} {side}: {len(got)} steps in {time.perf_counter() - began:.0f} s", flush=True
             )

@@ -23,7 +23,7 @@ class TorchSettings(BaseModel):
     train_dtype: DType = Field(
         "auto",
         description="Autocast dtype of forward/backward (master weights stay float32). "
-        "auto: bfloat16 where the device computes it natively (GPU, CPU with AMX/AVX512-BF16).",
+        "auto: bfloat16 where it is faster (GPU, CPU with AMX), else float32.",
     )
     gen_dtype: DType = Field(
         "auto",
