@@ -14,12 +14,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 from astuner.cache import build_once, cache_dir
 from astuner.errors import AstunerError
 
 ADAPTER_CONFIG = "adapter_config.json"
+LATEST = "latest"
+_STEP = re.compile(r"^step_(\d+)$")
+
+
+def step_of(folder: Path | None) -> int | None:
+    """The training step of a `step_<n>` folder, None for any other folder."""
+    match = _STEP.match(folder.name) if folder is not None else None
+    return int(match.group(1)) if match else None
 
 
 def model_for_checkpoint(checkpoint: Path) -> str:
@@ -36,6 +45,26 @@ def model_for_checkpoint(checkpoint: Path) -> str:
         f"--checkpoint: '{checkpoint}' holds no model: a checkpoint folder has config.json (the whole "
         f"model) or {ADAPTER_CONFIG} (a LoRA adapter).{hint}"
     )
+
+
+def latest_checkpoint_folder(experiment_root: Path) -> Path:
+    """The highest `step_<n>` checkpoint holding a model, over the runs of one experiment.
+
+    `experiment_root` is `<experiment_dir>/<experiment>`; ties go to the most
+    recent run. A clear error when the experiment has none yet.
+    """
+    found = [
+        (step, folder.parent.parent.name, folder)
+        for folder in experiment_root.glob("*/checkpoints/step_*")
+        if (step := step_of(folder)) is not None
+        and any((folder / f).is_file() for f in ("config.json", ADAPTER_CONFIG))
+    ]
+    if not found:
+        raise AstunerError(
+            f"--checkpoint latest: no checkpoint under {experiment_root}/*/checkpoints/ yet. Train first "
+            "(astuner run --conf ... --backbone torch), or pass a checkpoints/step_<n> folder."
+        )
+    return max(found)[2]  # the highest step; on a tie, the latest run (folders are named by time)
 
 
 def _not_a_checkpoint(path: Path) -> str:

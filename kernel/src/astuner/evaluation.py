@@ -17,15 +17,14 @@ An evaluation leaves a run folder like any run's, under the experiment
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from astuner.checkpoint_model import model_for_checkpoint
+from astuner.checkpoint_model import LATEST, latest_checkpoint_folder, model_for_checkpoint, step_of
 from astuner.companions import companions_for_run
 from astuner.components import build_reader, engine_name, plugin_settings
 from astuner.config import AstunerConfig
@@ -42,10 +41,9 @@ from astuner.rollout.stack import rollout_stack
 
 SUMMARY_FILE = "eval_summary.json"
 ROLLOUT_FILE = "eval.jsonl"
-_STEP = re.compile(r"^step_(\d+)$")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class EvalOptions:
     """What to evaluate and how; the command line's options."""
 
@@ -58,7 +56,7 @@ class EvalOptions:
     with_appworld: bool = False
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class EvalReport:
     """The scores, the trajectories and where they were written."""
 
@@ -89,8 +87,7 @@ def eval_metrics(trajectories: Sequence[Trajectory], n_samples: int) -> dict[str
 
 def checkpoint_step(checkpoint: Path | None) -> int:
     """The training step of a `step_<n>` folder (0 for the base model or another folder)."""
-    match = _STEP.match(checkpoint.name) if checkpoint is not None else None
-    return int(match.group(1)) if match else 0
+    return step_of(checkpoint) or 0
 
 
 def prepare_eval_config(config: AstunerConfig, plugins: Plugins, options: EvalOptions) -> AstunerConfig:
@@ -123,6 +120,9 @@ def read_tasks(config: AstunerConfig, plugins: Plugins, options: EvalOptions) ->
 
 def run_eval(config: AstunerConfig, plugins: Plugins, options: EvalOptions) -> EvalReport:
     """Evaluate and write the run folder; `config` is changed as `prepare_eval_config` says."""
+    if options.checkpoint is not None and str(options.checkpoint) == LATEST:
+        root = Path(config.experiment_dir) / config.experiment_name
+        options = dataclasses.replace(options, checkpoint=latest_checkpoint_folder(root))
     config = prepare_eval_config(config, plugins, options)
     sampling = eval_sampling(config, options.n_samples, options.temperature)
     experiment = ExperimentDir.create(config)

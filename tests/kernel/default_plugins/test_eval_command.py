@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from astuner import hookimpl
+from astuner.checkpoint_model import latest_checkpoint_folder
 from astuner.config import load_config
 from astuner.core.metrics import pass_at_k
 from astuner.core.tokenizer import ChatTokenizer
@@ -201,6 +202,27 @@ def test_a_lora_adapter_is_merged_into_its_base(
     assert model_for_checkpoint(adapter) == str(merged)
 
 
+def test_latest_is_the_highest_step_then_the_latest_run(tmp_path: Path) -> None:
+    def checkpoint(run: str, step: int, marker: str = "config.json") -> Path:
+        folder = tmp_path / run / "checkpoints" / f"step_{step}"
+        folder.mkdir(parents=True)
+        (folder / marker).write_text("{}")
+        return folder
+
+    checkpoint("20260101-000000", 10)
+    checkpoint("20260101-000000", 9)
+    checkpoint("20260102-000000", 2)
+    (tmp_path / "20260103-000000" / "checkpoints" / "step_50").mkdir(parents=True)  # half-written: no model
+    assert latest_checkpoint_folder(tmp_path) == tmp_path / "20260101-000000" / "checkpoints" / "step_10"
+    newer = checkpoint("20260104-000000", 10, marker="adapter_config.json")
+    assert latest_checkpoint_folder(tmp_path) == newer
+
+
+def test_latest_without_checkpoints_says_to_train_first(tmp_path: Path) -> None:
+    with pytest.raises(AstunerError, match=r"no checkpoint under .* yet\. Train first"):
+        latest_checkpoint_folder(tmp_path / "demo")
+
+
 # ----------------------------------------------------------------- command line
 
 
@@ -223,13 +245,14 @@ def test_eval_of_a_trained_checkpoint_greedy_and_pass_at_k(trained: Path) -> Non
     )
 
     sampled = run_astuner(
-        "eval", "--conf", "evalproj.yaml", "--checkpoint", str(checkpoint), "-k", "4", "--max-tasks", "3",
+        "eval", "--conf", "evalproj.yaml", "--checkpoint", "latest", "-k", "4", "--max-tasks", "3",
         cwd=trained,
     )  # fmt: skip
     assert sampled.returncode == 0, sampled.stderr
     assert "pass@4" in sampled.stdout
     (run,) = [r for r in (trained / "launcher_record" / "evalproj_eval").iterdir() if r != run]
     summary = json.loads((run / "eval_summary.json").read_text())
+    assert summary["checkpoint"] == str(checkpoint.resolve())  # 'latest': the run's only checkpoint
     trajectories = read_trajectories(run / "rollouts" / "eval.jsonl")
     assert Counter(t.group_id for t in trajectories) == {"eval-0": 4, "eval-1": 4, "eval-2": 4}
     assert summary["temperature"] == 1.0

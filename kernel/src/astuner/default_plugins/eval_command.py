@@ -30,7 +30,10 @@ def evaluate(
     conf: ConfOption,
     checkpoint: Annotated[
         Path | None,
-        typer.Option(help="A checkpoints/step_<n> folder of a torch run; default: the config's model.path."),
+        typer.Option(
+            help="A checkpoints/step_<n> folder of a torch run, or 'latest': the highest step of this "
+            "config's experiment; default: the config's model.path."
+        ),
     ] = None,
     split: Annotated[str, typer.Option(help="train or validation.")] = "validation",
     n_samples: Annotated[
