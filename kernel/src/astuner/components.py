@@ -13,8 +13,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from astuner.config import AstunerConfig
+from astuner.config import AstunerConfig, ModelConfig
 from astuner.config_errors import describe_origin, explain_validation_error
+from astuner.core.toolcalls import tool_parsers
 from astuner.errors import ConfigError, PluginError
 from astuner.plugins import Plugins, Registration
 from astuner.protocols import Backbone, Judge, TaskReader
@@ -32,7 +33,7 @@ def _plugin_blocks(config: AstunerConfig) -> list[tuple[str, str, dict[str, Any]
 
 
 def check_plugin_blocks(config: AstunerConfig, plugins: Plugins) -> None:
-    """Every plugin sub-block must name an installed plugin of the right kind."""
+    """Every plugin sub-block must name an installed plugin of the right kind (auxiliary models' too)."""
     for kind, section, blocks in _plugin_blocks(config):
         registry = plugins.registry(kind)
         for name in blocks:
@@ -50,6 +51,7 @@ def check_plugin_blocks(config: AstunerConfig, plugins: Plugins) -> None:
                 f"of an installed {kind.replace('_', ' ')} (installed: "
                 f"{', '.join(sorted(registry)) or 'none'}).{hint}"
             )
+    check_auxiliary_models(config, plugins)
 
 
 def plugin_settings(config: AstunerConfig, reg: Registration) -> BaseModel | None:
@@ -125,17 +127,20 @@ def _section_model(config: AstunerConfig, section: str) -> Any:
 
 def engine_name(config: AstunerConfig, plugins: Plugins) -> str:
     """`rollout.engine`, with `auto` meaning: vllm at `rollout.engine_url` if set, else transformers."""
-    name = config.rollout.engine
+    return _resolve_engine(config.rollout.engine, config.rollout.engine_url, plugins, "rollout")
+
+
+def _resolve_engine(name: str, url: str | None, plugins: Plugins, section: str) -> str:
     if name != "auto":
         return name
-    if config.rollout.engine_url:
+    if url:
         return "vllm"
     if "transformers" in plugins.registry("engine"):
         return "transformers"
     raise PluginError(
-        "rollout.engine is 'auto' but no local engine is installed and rollout.engine_url is not "
-        "set. Install astuner-backbone-torch (engine 'transformers'), point rollout.engine_url "
-        "at a vLLM server, or set rollout.engine to an installed engine "
+        f"{section}.engine is 'auto' but no local engine is installed and {section}.engine_url is not "
+        f"set. Install astuner-backbone-torch (engine 'transformers'), point {section}.engine_url "
+        f"at a vLLM server, or set {section}.engine to an installed engine "
         f"({', '.join(sorted(plugins.registry('engine'))) or 'none'})."
     )
 
@@ -144,3 +149,73 @@ def build_engine(config: AstunerConfig, plugins: Plugins) -> Any:
     """The configured inference engine, built with its settings and the whole config."""
     reg = plugins.get("engine", engine_name(config, plugins), search_paths=config.search_paths())
     return reg.build(plugin_settings(config, reg), config)
+
+
+def check_auxiliary_models(config: AstunerConfig, plugins: Plugins) -> None:
+    """Every `auxiliary_models` entry names an installed engine, with valid settings and tool parser."""
+    for name in config.auxiliary_models:
+        _auxiliary_engine(config, plugins, name)
+
+
+def build_auxiliary_engine(config: AstunerConfig, plugins: Plugins, name: str) -> Any:
+    """The engine of auxiliary model `name`, built as the main engine is, on that model."""
+    reg, settings = _auxiliary_engine(config, plugins, name)
+    return reg.build(settings, auxiliary_engine_config(config, name))
+
+
+def auxiliary_engine_config(config: AstunerConfig, name: str) -> AstunerConfig:
+    """The config an auxiliary model's engine is built with.
+
+    Engines read their model, server and context length from `model.path`,
+    `rollout.engine_url`, `rollout.max_model_len` (and their settings from
+    `rollout.engines`), so the auxiliary model's values go there, and the
+    main model's never reach its engine.
+    """
+    spec = config.auxiliary_models[name]
+    aux = config.model_copy(deep=True)
+    aux.model = ModelConfig(path=spec.path)
+    aux.auxiliary_models = {}
+    r = aux.rollout
+    r.engine, r.engine_url, r.engines = spec.engine, spec.engine_url, dict(spec.engines)
+    r.max_model_len, r.max_response_length_in_one_turn = spec.max_model_len, spec.max_tokens
+    r.tensor_model_parallel_size = spec.tensor_model_parallel_size
+    return aux
+
+
+def _auxiliary_engine(
+    config: AstunerConfig, plugins: Plugins, name: str
+) -> tuple[Registration, BaseModel | None]:
+    """The registration and validated settings of auxiliary model `name`'s engine; errors name its keys."""
+    spec = config.auxiliary_models[name]
+    section = f"auxiliary_models.{name}"
+    installed = plugins.registry("engine")
+    engine = _resolve_engine(spec.engine, spec.engine_url, plugins, section)
+    try:
+        reg = plugins.get("engine", engine, search_paths=config.search_paths())
+    except PluginError as exc:
+        raise ConfigError(f"{section}.engine: {exc}") from exc
+    for block in spec.engines:
+        if block not in installed:
+            key = f"{section}.engines.{block}"
+            near = difflib.get_close_matches(block, list(installed), n=1, cutoff=0.5)
+            hint = f" Did you mean '{section}.engines.{near[0]}'?" if near else ""
+            raise ConfigError(
+                f"Unknown key '{key}' in {describe_origin(key.split('.'), config.source, {}, {})}: it is "
+                f"not the settings block of an installed engine (installed: "
+                f"{', '.join(sorted(installed)) or 'none'}).{hint}"
+            )
+    if spec.tool_parser not in tool_parsers():
+        key = f"{section}.tool_parser"
+        raise ConfigError(
+            f"Invalid value for '{key}' in {describe_origin(key.split('.'), config.source, {}, {})}: no "
+            f"tool-call parser '{spec.tool_parser}'. Choose one of: {', '.join(tool_parsers())}."
+        )
+    if reg.settings is None:
+        return reg, None
+    try:
+        return reg, reg.settings.model_validate(spec.engines.get(reg.name) or {})
+    except ValidationError as exc:
+        prefix = f"{section}.engines.{reg.name}"
+        raise ConfigError(
+            explain_validation_error(exc, reg.settings, config.source, {}, {}, prefix=prefix)
+        ) from exc

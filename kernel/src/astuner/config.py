@@ -14,6 +14,7 @@ settings model when it is used (see `astuner.components`).
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -200,6 +201,39 @@ class ContextTrackerConfig(Section):
     alien_llm_response_length: int = Field(512, ge=1)
 
 
+class AuxiliaryModelConfig(Section):
+    """One entry of `auxiliary_models`: a model the workflow and judge call but that is never trained.
+
+    Its engine is chosen and configured as the main one is (`rollout.engine`,
+    `rollout.engine_url`, `rollout.engines`), and built once per run.
+    """
+
+    path: str = Field(
+        description="HuggingFace repo id, local folder, .gguf file or builtin:<name>; for engine openai "
+        "(or a vLLM server at engine_url) the served model's name."
+    )
+    engine: str = Field(
+        "auto", description="Engine name, or auto: vllm if engine_url is set, else transformers."
+    )
+    engine_url: str | None = Field(None, description="URL of an already running server for this model.")
+    engines: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Engine settings, as rollout.engines (e.g. {openai: {base_url: ...}}).",
+    )
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature; 0 is greedy.")
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = -1
+    max_tokens: int = Field(4096, ge=1, description="Most tokens one call generates.")
+    max_model_len: int = Field(18000, ge=1, description="Most tokens in one context: prompt plus generation.")
+    tool_parser: str = Field("hermes", description="How tool calls are read from generated text.")
+    tensor_model_parallel_size: int = Field(
+        1, ge=1, description="GPUs of a vLLM server astuner starts for it."
+    )
+
+
+AUXILIARY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
 class DebugConfig(Section):
     debug_max_parallel: int = Field(4, ge=1, description="Rollouts at once; 1 = all in the main thread.")
     debug_first_n_tasks: int = Field(2, ge=1)
@@ -234,10 +268,26 @@ class AstunerConfig(BaseSettings):
     trainer_common: TrainerCommonConfig = Field(default_factory=TrainerCommonConfig)
     context_tracker: ContextTrackerConfig = Field(default_factory=ContextTrackerConfig)
     debug: DebugConfig = Field(default_factory=DebugConfig)
+    auxiliary_models: dict[str, AuxiliaryModelConfig] = Field(
+        default_factory=dict,
+        description="Named models the workflow and judge call, never trained (judges, other agents).",
+    )
     verl: dict[str, Any] = Field(default_factory=dict, description="Passed verbatim to verl.")
     trinity: dict[str, Any] = Field(default_factory=dict, description="Passed verbatim to Trinity.")
 
     _source: Path | None = PrivateAttr(None)
+
+    @field_validator("auxiliary_models")
+    @classmethod
+    def _auxiliary_names(cls, value: dict[str, AuxiliaryModelConfig]) -> dict[str, AuxiliaryModelConfig]:
+        # A name is part of gateway URLs and of `-o auxiliary_models.NAME.key=...` overrides.
+        bad = [name for name in value if not AUXILIARY_NAME.fullmatch(name)]
+        if bad:
+            raise ValueError(
+                f"auxiliary model name(s) {', '.join(map(repr, bad))} must start with a letter or _ and "
+                "hold only letters, digits, _ and -"
+            )
+        return value
 
     @property
     def source(self) -> Path | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any
+from typing import Any, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -68,13 +68,19 @@ def describe_origin(
 def nearest_key(model: type[BaseModel], loc: list[str]) -> str | None:
     """The closest valid key to the last element of `loc`, as a dotted path."""
     parent: Any = model
+    keyed = False  # the previous part was a mapping of models: this part is one of its keys
     for part in loc[:-1]:
+        if keyed:
+            keyed = False
+            continue
         fields = getattr(parent, "model_fields", {})
         if part not in fields:
             return None
-        parent = _model_of(fields[part].annotation)
+        annotation = fields[part].annotation
+        parent = _model_of(annotation)
         if parent is None:
             return None
+        keyed = get_origin(annotation) is dict
     names = list(getattr(parent, "model_fields", {}))
     near = difflib.get_close_matches(loc[-1], names, n=1, cutoff=0.5)
     if not near:
