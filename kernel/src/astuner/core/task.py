@@ -66,8 +66,9 @@ class WorkflowTask(BaseModel):
     `group_id` names the group of runs on the same task (advantages are
     computed within it), `rollout_id` this run, `repeat_index` its place in
     the group. `gym_env` is the environment client when the task comes
-    from an environment service, and `config` the resolved astuner config;
-    both are live objects, left out of the JSON form.
+    from an environment service, `auxiliary_models` this run's handles of
+    the configured auxiliary models (by name), and `config` the resolved
+    astuner config; all are live objects, left out of the JSON form.
     """
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
@@ -77,4 +78,5 @@ class WorkflowTask(BaseModel):
     rollout_id: str = ""
     repeat_index: int = 0
     gym_env: Any = Field(default=None, exclude=True)
+    auxiliary_models: dict[str, Any] = Field(default_factory=dict, exclude=True)
     config: Any = Field(default=None, exclude=True)

@@ -132,6 +132,9 @@ class Trajectory(BaseModel):
     rewards), or None if the run could not be scored. `madness` lists
     `"<check>: <reason>"` for every check that fired. `error` holds the
     traceback if the workflow raised; such trajectories are not trained on.
+    `auxiliary_calls` are the calls of auxiliary models (by the workflow or
+    the judge; `agent_name` is the model's name), all untrainable and never
+    merged into samples; they come last so that readers can skip them.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -148,6 +151,7 @@ class Trajectory(BaseModel):
     metrics: dict[str, float] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
     timings: dict[str, float] = Field(default_factory=dict)
+    auxiliary_calls: list[LLMCall] = Field(default_factory=list)
 
 
 class Sample(BaseModel):

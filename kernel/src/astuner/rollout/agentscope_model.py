@@ -8,6 +8,7 @@ never pay its import time.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from functools import cache
 from typing import Any
@@ -80,3 +81,8 @@ def agentscope_model_tuner_class() -> type[ModelTuner]:
             return to_chat_response(call, started)
 
     return AgentScopeModelTuner
+
+
+def model_tuner_class() -> type[ModelTuner]:
+    """`ModelTuner`, or its AgentScope chat-model form once the workflow has imported AgentScope."""
+    return agentscope_model_tuner_class() if "agentscope" in sys.modules else ModelTuner

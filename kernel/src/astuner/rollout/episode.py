@@ -6,6 +6,8 @@ training samples. `EpisodeSource` loads the resolved astuner config and the
 installed plugins once per process and runs one episode at a time through
 the same rollout stack as the other backbones, with the engine the caller
 hands it (an adapter over the foreign engine's token-in/token-out call).
+The auxiliary models of the config are built on the first episode and
+kept for every later one, for the life of the worker process.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from astuner.core.task import Task
 from astuner.core.trajectory import Sample, Trajectory
 from astuner.errors import AstunerError
 from astuner.plugins import Plugins
+from astuner.rollout.auxiliary import AuxiliaryModel, build_auxiliary_models
 from astuner.rollout.engine import SamplingParams
 from astuner.rollout.stack import rollout_stack
 
@@ -36,6 +39,7 @@ class EpisodeSource:
     def __init__(self, config: AstunerConfig, plugins: Plugins) -> None:
         self.config = config
         self.plugins = plugins
+        self.auxiliary: dict[str, AuxiliaryModel] | None = None
 
     @classmethod
     def shared(cls, config_path: str | None, search_paths: Sequence[str] | None = None) -> EpisodeSource:
@@ -64,7 +68,11 @@ class EpisodeSource:
         self, task: Task, engine: Any, sampling: SamplingParams, *, group_id: str = "", repeat: int = 0
     ) -> tuple[Trajectory, list[Sample]]:
         """Run the workflow once on `task` through `engine`; the trajectory and its merged samples."""
-        async with rollout_stack(self.config, self.plugins, engine=engine, max_parallel=1) as runner:
+        if self.auxiliary is None:
+            self.auxiliary = build_auxiliary_models(self.config, self.plugins)
+        async with rollout_stack(
+            self.config, self.plugins, engine=engine, max_parallel=1, auxiliary=self.auxiliary
+        ) as runner:
             trajectory = await runner.run_one(task, group_id or task.task_id, repeat, sampling)
             targets = runner.workflow.trainable_targets or None
         samples, _ = merge_trajectory(trajectory, trainable_targets=targets)

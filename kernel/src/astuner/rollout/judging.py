@@ -6,7 +6,8 @@
   returning `(reward, is_success)`;
 - a plain `async def judge(task, response, auxiliary_models=None)` (the
   AgentScope Tuner form), where `task` is the row dict and `response` the
-  workflow's `response`.
+  workflow's `response`, and `auxiliary_models` the rollout's handles of the
+  configured auxiliary models (`astuner.rollout.auxiliary`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import inspect
 from typing import TYPE_CHECKING, Any
 
 from astuner.components import build_judge
-from astuner.core.task import JudgeOutput, Task, WorkflowOutput
+from astuner.core.task import JudgeOutput, Task, WorkflowOutput, WorkflowTask
 from astuner.errors import AstunerError, ConfigError
 from astuner.plugins import is_import_string
 from astuner.rollout.workflow import check_function_signature, task_as_dict
@@ -42,9 +43,8 @@ def as_judge_output(value: Any, where: str) -> JudgeOutput:
 class AdaptedJudge:
     """Any accepted judge form behind the `Judge` protocol."""
 
-    def __init__(self, obj: Any, where: str, auxiliary_models: dict[str, Any] | None = None) -> None:
+    def __init__(self, obj: Any, where: str) -> None:
         self.where = where
-        self.auxiliary_models = auxiliary_models or {}
         self._method = getattr(obj, "judge", None) or getattr(obj, "compute_reward", None)
         self._function = None
         if self._method is None or inspect.isfunction(obj):
@@ -53,11 +53,17 @@ class AdaptedJudge:
             check_function_signature(obj, ("task", "response"), ("auxiliary_models",), "judge")
             self._function, self._method = obj, None
 
-    async def judge(self, task: Task, output: WorkflowOutput) -> JudgeOutput:
+    async def judge_rollout(self, workflow_task: WorkflowTask, output: WorkflowOutput) -> JudgeOutput:
+        """The verdict on one rollout: a function judge gets that rollout's auxiliary models."""
+        return await self.judge(workflow_task.task, output, workflow_task.auxiliary_models)
+
+    async def judge(
+        self, task: Task, output: WorkflowOutput, auxiliary_models: dict[str, Any] | None = None
+    ) -> JudgeOutput:
         if self._function is not None:
             kwargs: dict[str, Any] = {"task": task_as_dict(task), "response": output.response}
             if "auxiliary_models" in inspect.signature(self._function).parameters:
-                kwargs["auxiliary_models"] = self.auxiliary_models
+                kwargs["auxiliary_models"] = auxiliary_models or {}
             value = await self._function(**kwargs)
         else:
             assert self._method is not None
@@ -67,9 +73,7 @@ class AdaptedJudge:
         return as_judge_output(value, self.where)
 
 
-def load_judge(
-    config: AstunerConfig, plugins: Plugins, auxiliary_models: dict[str, Any] | None = None
-) -> Judge:
+def load_judge(config: AstunerConfig, plugins: Plugins) -> Judge:
     """The judge `task_judge.judge_protocol` names, in any accepted form."""
     name = config.task_judge.judge_protocol
     if not is_import_string(name):
@@ -80,4 +84,4 @@ def load_judge(
             obj = obj()
         except TypeError:
             obj = obj(config)
-    return AdaptedJudge(obj, f"'{name}'", auxiliary_models)
+    return AdaptedJudge(obj, f"'{name}'")

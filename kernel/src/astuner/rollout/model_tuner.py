@@ -34,7 +34,8 @@ class ModelTuner:
     `openai_client()` expose it over HTTP; `gym_step()` drives the task's
     environment; `for_agent(name)` gives the same handle under another
     agent name (multi-agent workflows); `auxiliary_models` holds named
-    models that are used but never trained.
+    models that are used but never trained (each a `ModelTuner` with
+    `trainable=False`: every call it records is marked untrainable).
     """
 
     def __init__(
@@ -49,6 +50,7 @@ class ModelTuner:
         auxiliary_models: Mapping[str, Any] | None = None,
         trainable_targets: Sequence[str] | None = None,
         agent_name: str = "default",
+        trainable: bool = True,
     ) -> None:
         if tracker is None and not isinstance(engine, ChatEngine):
             raise ValueError("a token engine needs a context tracker")
@@ -61,6 +63,7 @@ class ModelTuner:
         self.auxiliary_models: dict[str, Any] = dict(auxiliary_models or {})
         self.trainable_targets = list(trainable_targets or [])
         self.agent_name = agent_name
+        self.trainable = trainable
         self.step_rewards: list[float] = []
         self.env_steps: list[dict[str, Any]] = []
         self._text_calls: list[LLMCall] = []
@@ -91,7 +94,7 @@ class ModelTuner:
             return await self.engine.generate(prompt_ids, budget)
 
         call = await self.tracker.call(messages, tools, name, generate)
-        if self.trainable_targets and name not in self.trainable_targets:
+        if not self.trainable or (self.trainable_targets and name not in self.trainable_targets):
             call.trainable = False
         return call
 

@@ -17,8 +17,10 @@ a gateway there for the duration of each `run()`. Workers load the workflow
 the config names (an import string, or a workflow of an installed plugin)
 with the driver's search paths on `sys.path`, so those folders must exist
 at the same place on every node. Per-run environments (`gym_env_factory`)
-and auxiliary models are live objects of the driver and cannot be used by a
-remote workflow.
+are live objects of the driver and cannot be used by a remote workflow.
+Auxiliary models can: the worker's `auxiliary_models` are `RemoteModelTuner`s
+on their own gateway routes (`/rollout/<rollout_id>.<name>/...`), served
+and recorded by the driver's untrainable handles.
 
 Ray is imported only when this executor is used.
 """
@@ -42,6 +44,7 @@ from astuner.core.chat import normalize_messages
 from astuner.core.task import Task, WorkflowOutput, WorkflowTask
 from astuner.core.trajectory import LLMCall, ToolCall
 from astuner.errors import AstunerError
+from astuner.rollout.auxiliary import auxiliary_rollout_id
 from astuner.rollout.engine import ChatReply, SamplingParams
 from astuner.rollout.gateway import Gateway
 from astuner.rollout.model_tuner import ModelTuner
@@ -126,6 +129,7 @@ class RemoteModelTuner(ModelTuner):
         timeout: float,
         trainable_targets: Sequence[str] | None = None,
         agent_name: str = "default",
+        auxiliary_models: Mapping[str, ModelTuner] | None = None,
     ) -> None:
         self._route = f"{gateway_url}/rollout/{rollout_id}"
         self._timeout = timeout
@@ -135,6 +139,7 @@ class RemoteModelTuner(ModelTuner):
             engine=self._client_for(agent_name),
             sampling=sampling,
             gateway_url=gateway_url,
+            auxiliary_models=auxiliary_models,
             trainable_targets=trainable_targets,
             agent_name=agent_name,
         )
@@ -221,12 +226,25 @@ async def _run_workflow(
     key: str, config: AstunerConfig, search_paths: Sequence[str], job: dict[str, Any]
 ) -> WorkflowOutput:
     workflow = _loaded_workflow(key, config, search_paths)
-    tuner = remote_model_tuner_class()(
+    cls = remote_model_tuner_class()
+    timeout = config.rollout.rollout_timeout
+    auxiliary = {
+        name: cls(
+            rollout_id=auxiliary_rollout_id(job["rollout_id"], name),
+            gateway_url=job["gateway_url"],
+            sampling=SamplingParams(**sampling),
+            timeout=timeout,
+            agent_name=name,
+        )
+        for name, sampling in job["auxiliary_sampling"].items()
+    }
+    tuner = cls(
         rollout_id=job["rollout_id"],
         gateway_url=job["gateway_url"],
         sampling=SamplingParams(**job["sampling"]),
-        timeout=config.rollout.rollout_timeout,
+        timeout=timeout,
         trainable_targets=workflow.trainable_targets,
+        auxiliary_models=auxiliary,
     )
     workflow_task = WorkflowTask(
         task=Task.model_validate_json(job["task"]),
@@ -238,7 +256,8 @@ async def _run_workflow(
     try:
         return await workflow.run(workflow_task, tuner)
     finally:
-        await tuner.aclose()
+        for handle in (tuner, *auxiliary.values()):
+            await handle.aclose()
 
 
 def run_in_worker(
@@ -314,6 +333,7 @@ class RayExecutor:
             "rollout_id": workflow_task.rollout_id,
             "repeat_index": workflow_task.repeat_index,
             "sampling": asdict(tuner.sampling),
+            "auxiliary_sampling": {name: asdict(h.sampling) for name, h in tuner.auxiliary_models.items()},
             "gateway_url": tuner.gateway_url,
         }
         paths = [str(p.resolve()) for p in self.config.search_paths()]

@@ -9,6 +9,11 @@ Executors: with `rollout.executor: ray` the workflow call of each run goes
 to a Ray task (`astuner.rollout.ray_executor`) whose model handle calls
 back through the gateway; engine, tracker, judge and checks stay here.
 
+Auxiliary models (`astuner.rollout.auxiliary`): every run gets its own
+untrainable handle on each, in `model_tuner.auxiliary_models` and
+`workflow_task.auxiliary_models`; they stay open through judging, and their
+calls end up in `trajectory.auxiliary_calls`.
+
 Environments: with a `gym_env_factory`, every run gets its own environment.
 The factory is called as `factory(task)` (it may return an awaitable) in
 the same asyncio task that then runs the workflow, and counts against
@@ -25,14 +30,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import sys
 import time
 import traceback
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -43,9 +47,13 @@ from astuner.core.tracker import ContextTracker, TrackerSettings
 from astuner.core.trajectory import Trajectory
 from astuner.logs import get_logger
 from astuner.protocols import Judge
+from astuner.rollout.agentscope_model import model_tuner_class
 from astuner.rollout.engine import SamplingParams
 from astuner.rollout.gateway import Gateway
 from astuner.rollout.model_tuner import ModelTuner
+
+if TYPE_CHECKING:
+    from astuner.rollout.auxiliary import AuxiliaryModel
 from astuner.rollout.workflow import LoadedWorkflow
 
 
@@ -73,7 +81,7 @@ class RolloutRunner:
         settings: RunnerSettings | None = None,
         madness_checks: Mapping[str, MadnessCheck] | None = None,
         gateway: Gateway | None = None,
-        auxiliary_models: Mapping[str, Any] | None = None,
+        auxiliary_models: Mapping[str, AuxiliaryModel] | None = None,
         config: Any = None,
         gym_env_factory: Callable[[Task], Any] | None = None,
     ) -> None:
@@ -140,19 +148,17 @@ class RolloutRunner:
         if self.tokenizer is not None:
             monitor = MadnessMonitor(self.madness_checks, terminate=self.settings.agent_madness_termination)
             tracker = ContextTracker(self.tokenizer, self.settings.tracker, madness=monitor)
-        cls: type[ModelTuner] = ModelTuner
-        if "agentscope" in sys.modules:
-            from astuner.rollout.agentscope_model import agentscope_model_tuner_class
-
-            cls = agentscope_model_tuner_class()
-        return cls(
+        gateway_url = self.gateway.url if self.gateway is not None else None
+        return model_tuner_class()(
             rollout_id=rollout_id,
             engine=self.engine,
             sampling=sampling,
             tracker=tracker,
-            gateway_url=self.gateway.url if self.gateway is not None else None,
+            gateway_url=gateway_url,
             gym_env=gym_env,
-            auxiliary_models=self.auxiliary_models,
+            auxiliary_models={
+                name: model.handle(rollout_id, gateway_url) for name, model in self.auxiliary_models.items()
+            },
             trainable_targets=self.workflow.trainable_targets,
         )
 
@@ -161,13 +167,16 @@ class RolloutRunner:
         rollout_id = f"{group_id}-{repeat}-{uuid.uuid4().hex[:8]}"
         started = time.perf_counter()
         tuner = self.make_tuner(rollout_id, sampling)
+        auxiliary = tuner.auxiliary_models
         if self.gateway is not None:
-            self.gateway.register(tuner)
+            for handle in (tuner, *auxiliary.values()):
+                self.gateway.register(handle)
         workflow_task = WorkflowTask(
             task=task,
             group_id=group_id,
             rollout_id=rollout_id,
             repeat_index=repeat,
+            auxiliary_models=auxiliary,
             config=self.config,
         )
         error: str | None = None
@@ -208,6 +217,12 @@ class RolloutRunner:
                         trajectory = apply_madness_reward(trajectory, self.settings.agent_madness_reward)
         finally:
             await _release(workflow_task.gym_env, rollout_id)
+            # The judge may call the auxiliary models too: they stay open until it is done.
+            for handle in auxiliary.values():
+                await handle.aclose()
+                if self.gateway is not None:
+                    self.gateway.unregister(handle.rollout_id)
+        trajectory.auxiliary_calls = [call for handle in auxiliary.values() for call in handle.calls]
         trajectory.error = error
         trajectory.timings = {"workflow_s": workflow_s, "total_s": time.perf_counter() - started}
         return trajectory

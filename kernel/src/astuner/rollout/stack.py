@@ -1,4 +1,4 @@
-"""Build the whole rollout side from a config: engine, tokenizer, workflow, judge, checks, gateway.
+"""Build the whole rollout side from a config: engines, tokenizer, workflow, judge, checks, gateway.
 
 Backbones use `rollout_stack(config, plugins)`; the `torch` backbone passes
 its own engine (the policy being trained) instead of building one.
@@ -6,8 +6,8 @@ its own engine (the policy being trained) instead of building one.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from astuner.components import build_engine, build_reader, plugin_settings
@@ -16,6 +16,7 @@ from astuner.core.madness import MadnessCheck
 from astuner.core.tokenizer import load_tokenizer
 from astuner.core.tracker import TrackerSettings
 from astuner.plugins import Plugins
+from astuner.rollout.auxiliary import AuxiliaryModel, auxiliary_models
 from astuner.rollout.engine import SamplingParams, TokenEngine
 from astuner.rollout.gateway import Gateway
 from astuner.rollout.judging import load_judge
@@ -77,19 +78,26 @@ async def rollout_stack(
     *,
     engine: Any = None,
     max_parallel: int | None = None,
-    auxiliary_models: dict[str, Any] | None = None,
+    auxiliary: Mapping[str, AuxiliaryModel] | None = None,
 ) -> AsyncIterator[RolloutRunner]:
-    """A ready `RolloutRunner`; the gateway, the environments (and an engine built here) stop on exit."""
+    """A ready `RolloutRunner`; the gateway, the environments (and engines built here) stop on exit.
+
+    The auxiliary models of `config.auxiliary_models` are built here, once,
+    unless `auxiliary` hands them in already built (they then stay open).
+    """
     # The workflow loads first: a typo in it should fail before a model loads.
     workflow = load_workflow(config, plugins)
-    judge = load_judge(config, plugins, auxiliary_models)
+    judge = load_judge(config, plugins)
     checks = build_madness_checks(config, plugins)
     gym_env_factory = environment_factory(config, plugins)
     own_engine = engine is None
     if own_engine:
         engine = build_engine(config, plugins)
     try:
-        async with Gateway() as gateway:
+        async with AsyncExitStack() as stack:
+            if auxiliary is None:
+                auxiliary = await stack.enter_async_context(auxiliary_models(config, plugins))
+            gateway = await stack.enter_async_context(Gateway())
             tokenizer = None
             if isinstance(engine, TokenEngine):
                 tokenizer = load_tokenizer(getattr(engine, "tokenizer_path", None) or config.model.path)
@@ -101,7 +109,7 @@ async def rollout_stack(
                 settings=runner_settings_from_config(config, max_parallel),
                 madness_checks=checks,
                 gateway=gateway,
-                auxiliary_models=auxiliary_models,
+                auxiliary_models=auxiliary,
                 config=config,
                 gym_env_factory=gym_env_factory,
             )
