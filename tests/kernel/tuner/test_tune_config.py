@@ -206,11 +206,6 @@ def test_what_astuner_cannot_do_from_python_is_refused(dataset_dir: Path, tmp_pa
             train_dataset=DatasetConfig(path=str(dataset_dir)),
             eval_dataset=DatasetConfig(path=str(other), split="test"),
         )
-    with pytest.raises(ConfigError, match=r"auxiliary_models=\['judge'\]\) is not supported"):
-        tune_config(
-            workflow_func=answer,
-            auxiliary_models={"judge": TunerModelConfig(model_path="m", max_model_len=10)},
-        )
     with pytest.raises(ConfigError, match=r"rollout.executor is 'ray'.*tune/tuner_parts.answer"):
         tune_config(workflow_func=answer, overrides=["rollout.executor=ray"])
     with pytest.raises(ConfigError, match=r"backbone 'verl' runs each workflow in its engine's worker"):

@@ -9,6 +9,13 @@
 | `tool_call_parser` | `context_tracker.tool_parser` |
 | `tensor_parallel_size` | `rollout.tensor_model_parallel_size` (verl, Trinity) |
 | `inference_engine_num` | `rollout.n_vllm_engine` (verl, Trinity) |
+
+As an auxiliary model (`tune(auxiliary_models={NAME: TunerModelConfig(...)})`)
+it sets `auxiliary_models.NAME`: `path`, `max_model_len`, `temperature`,
+`top_p`, `max_tokens`, `tool_parser` and `tensor_model_parallel_size`; its
+engine is `auxiliary_models.NAME.engine` (auto unless the YAML file or an
+override says otherwise), and one engine serves it, so
+`inference_engine_num` stays 1.
 """
 
 from __future__ import annotations
@@ -30,6 +37,16 @@ KEYS = {
     "tool_call_parser": "context_tracker.tool_parser",
     "tensor_parallel_size": "rollout.tensor_model_parallel_size",
     "inference_engine_num": "rollout.n_vllm_engine",
+}
+
+AUXILIARY_KEYS = {
+    "model_path": "path",
+    "max_model_len": "max_model_len",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "max_tokens": "max_tokens",
+    "tool_call_parser": "tool_parser",
+    "tensor_parallel_size": "tensor_model_parallel_size",
 }
 
 
@@ -58,3 +75,14 @@ class TunerModelConfig(TunerSettings):
     def config(self, *, explicit: bool) -> dict[str, Any]:
         """The config values this object sets (see the module docstring)."""
         return self.config_values(KEYS, explicit=explicit)
+
+    def auxiliary_config(self, name: str, *, explicit: bool) -> dict[str, Any]:
+        """The config values of auxiliary model `name` this object sets (see the module docstring)."""
+        if self.inference_engine_num != 1:
+            raise ConfigError(
+                f"tune(auxiliary_models={{{name!r}: TunerModelConfig(inference_engine_num="
+                f"{self.inference_engine_num})}}): one engine serves an auxiliary model; leave "
+                "inference_engine_num out."
+            )
+        keys = {field: f"auxiliary_models.{name}.{key}" for field, key in AUXILIARY_KEYS.items()}
+        return self.config_values(keys, explicit=explicit)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from astuner.components import check_plugin_blocks
-from astuner.config import AstunerConfig, deep_merge, load_config
+from astuner.config import AUXILIARY_NAME, AstunerConfig, deep_merge, load_config
 from astuner.errors import ConfigError
 from astuner.launch import prepare_run
 from astuner.logs import configure_logging
@@ -64,8 +64,11 @@ def tune(
     auxiliary_models=None)`; without one, the config's judge decides (by
     default `exact`, which honours a reward the workflow returned). `backbone`
     is `torch` unless `config_path` names another; `debug` runs the workflow
-    on the first tasks without training. `experiment_name` defaults to the
-    YAML file's name, else the workflow's. `plugins` is the plugin manager
+    on the first tasks without training. `auxiliary_models` names models the
+    workflow and judge call but that are not trained (an LLM judge, other
+    agents): each reaches both functions as a model handle in their
+    `auxiliary_models` argument. `experiment_name` defaults to the YAML
+    file's name, else the workflow's. `plugins` is the plugin manager
     (default: everything installed). See `tune_config` for the rest.
     """
     config = tune_config(
@@ -120,20 +123,17 @@ def tune_config(
     `train_dataset` / `eval_dataset` set the reader (`DatasetConfig`),
     `model` the model and its sampling (`TunerModelConfig`), `algorithm` the
     algorithm and step sizes (`AlgorithmConfig`); `monitor_type` is
-    `tensorboard` or `console`. `auxiliary_models` is not supported: the
-    backbones serve only the model being tuned.
+    `tensorboard` or `console`. `auxiliary_models` maps names to
+    `TunerModelConfig`s of untrained models (config key
+    `auxiliary_models.<name>`, served by engine `auto` unless the YAML file
+    or `overrides` choose another).
     """
     functions = TuneFunctions(workflow_func, judge_func)
     train = _expect(train_dataset, DatasetConfig, "train_dataset")
     evaluation = _expect(eval_dataset, DatasetConfig, "eval_dataset")
     tuned = _expect(model, TunerModelConfig, "model")
     chosen = _expect(algorithm, AlgorithmConfig, "algorithm")
-    if auxiliary_models:
-        raise ConfigError(
-            f"tune(auxiliary_models={sorted(auxiliary_models)}) is not supported: astuner's backbones "
-            "serve only the model being tuned. A workflow can still call other models through their "
-            "own clients (e.g. an AgentScope OpenAIChatModel); leave auxiliary_models out."
-        )
+    auxiliary = _auxiliary(auxiliary_models)
     defaults: dict[str, Any] = {"backbone": "torch", "trainer_common": {"logger": MONITORS["tensorboard"]}}
     arguments: dict[str, Any] = functions.config()
     if config_path is None:
@@ -150,6 +150,10 @@ def tune_config(
     for settings in (tuned, chosen):
         if settings is not None:
             parts.append((settings.config(explicit=False), settings.config(explicit=True)))
+    for name, settings in auxiliary.items():
+        parts.append(
+            (settings.auxiliary_config(name, explicit=False), settings.auxiliary_config(name, explicit=True))
+        )
     for under, over in parts:
         defaults, arguments = deep_merge(defaults, under), deep_merge(arguments, over)
     given = {"backbone": backbone, "project_name": project_name, "experiment_name": experiment_name}
@@ -170,6 +174,30 @@ def _expect(value: Any, cls: type[T], argument: str) -> T | None:
         f"tune({argument}=...) takes a {cls.__name__}, not a {type(value).__name__}: "
         f"write {argument}={cls.__name__}(...)."
     )
+
+
+def _auxiliary(models: dict[str, TunerModelConfig] | None) -> dict[str, TunerModelConfig]:
+    """`tune(auxiliary_models=...)`, checked: names fit config keys, values are `TunerModelConfig`s."""
+    if models is None:
+        return {}
+    if not isinstance(models, dict):
+        raise ConfigError(
+            f"tune(auxiliary_models=...) takes a dict of names to TunerModelConfig, not a "
+            f"{type(models).__name__}: write auxiliary_models={{'judge': TunerModelConfig(...)}}."
+        )
+    for name, settings in models.items():
+        if not isinstance(name, str) or not AUXILIARY_NAME.fullmatch(name):
+            raise ConfigError(
+                f"tune(auxiliary_models=...): the name {name!r} must start with a letter or _ and hold "
+                "only letters, digits, _ and - (it becomes the config key auxiliary_models.<name>)."
+            )
+        if not isinstance(settings, TunerModelConfig):
+            raise ConfigError(
+                f"tune(auxiliary_models={{{name!r}: ...}}) takes a TunerModelConfig, not a "
+                f"{type(settings).__name__}: write {{{name!r}: TunerModelConfig(model_path=..., "
+                "max_model_len=...)}."
+            )
+    return models
 
 
 def _logger(monitor_type: str) -> list[str]:
