@@ -8,9 +8,6 @@ in the driver. The driver's untrainable handles serve and record all three.
 from __future__ import annotations
 
 import os
-import shutil
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,16 +31,6 @@ async def workflow(task, model, auxiliary_models=None):
     output.metadata["pid"] = os.getpid()
     return output
 """
-
-
-@pytest.fixture(scope="module")
-def ray_head() -> Iterator[RayHead]:
-    ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent))
-    if ray_bin is None:
-        pytest.skip("the ray executable is not installed next to this Python")
-    with RayHead(ray_bin, num_cpus=2) as head:
-        yield head
-        ray.shutdown()
 
 
 @pytest.mark.slow

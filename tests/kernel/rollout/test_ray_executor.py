@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -58,16 +55,6 @@ async def agent(task, model, auxiliary_models=None):
 
 def respond(prompt: str) -> str:
     return "42" if "<tool_response>" in prompt else TOOL_CALL
-
-
-@pytest.fixture(scope="module")
-def ray_head() -> Iterator[RayHead]:
-    ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent))
-    if ray_bin is None:
-        pytest.skip("the ray executable is not installed next to this Python")
-    with RayHead(ray_bin, num_cpus=2) as head:
-        yield head
-        ray.shutdown()
 
 
 def test_rollouts_run_in_ray_workers_and_are_recorded_in_the_driver(
