@@ -8,7 +8,7 @@ first 32 validation tasks, before training and every third of the run.
 Prints the validation reward before and after and writes the reward curve
 as a PNG (needs matplotlib).
 
-    .venv/bin/python bench/bench_learning.py                 # 30 steps, ~30-50 min on 2 cores
+    .venv/bin/python bench/bench_learning.py                 # 30 steps, ~20-25 min on 2 cores
     .venv/bin/python bench/bench_learning.py --steps 6 --out /tmp/curve.png
 
 Target: validation reward up by at least 0.2 (absolute) after 30 steps.

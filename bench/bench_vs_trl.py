@@ -22,7 +22,7 @@ TRL is not a dependency of astuner: the first run builds a throw-away
 virtual environment under the system temp folder that sees the project's
 .venv (a .pth file) and adds TRL there; later runs reuse it.
 
-    .venv/bin/python bench/bench_vs_trl.py                   # 2 rounds x 4 steps per side, ~13 min (2 cores)
+    .venv/bin/python bench/bench_vs_trl.py                   # 2 rounds x 4 steps per side, ~14 min (2 cores)
     .venv/bin/python bench/bench_vs_trl.py --rounds 1 --steps 2
 """
 
