@@ -22,8 +22,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from astuner.compat import launcher_notices
 from astuner.components import build_backbone, build_reader, check_plugin_blocks
 from astuner.config import AstunerConfig, load_config
+from astuner.config_show import annotated_yaml
 from astuner.errors import AstunerError
 from astuner.launch import prepare_run
 from astuner.logs import configure_logging
@@ -81,9 +83,7 @@ def handle_user_errors(fn: F) -> F:
 
 
 def _load(plugins: Plugins, conf: Path, overrides: list[str] | None, backbone: str | None) -> AstunerConfig:
-    config = load_config(conf, overrides or [])
-    if backbone:
-        config.backbone = backbone
+    config = load_config(conf, overrides or [], backbone=backbone)
     plugins.check_conflicts()
     check_plugin_blocks(config, plugins)
     return config
@@ -147,8 +147,13 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
                 help="Run $APPWORLD_SCRIPT in $APPWORLD_PATH (the AppWorld service) for the run.",
             ),
         ] = False,
+        db: Annotated[
+            str | None,
+            typer.Option("--db", help="The seeds' Ray breakpoint tags ('TAG1|TAG2'): not available yet."),
+        ] = None,
     ) -> None:
         """Run (and train) with a config: rollouts, judging, updates."""
+        launcher_notices(db)
         config = _load(plugins, conf, override, backbone)
         prepared = prepare_run(config, plugins, verbose=_State.verbose)
         viewer = None
@@ -205,9 +210,9 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
     def config_show(
         conf: ConfOption, backbone: BackboneOption = None, override: OverrideOption = None
     ) -> None:
-        """Print the resolved config (and the backbone's engine config, if it has one)."""
+        """Print the resolved config, each value with its source (and the engine config, if any)."""
         config = _load(plugins, conf, override, backbone)
-        typer.echo(yaml.safe_dump(config.to_yaml_dict(), sort_keys=False), nl=False)
+        typer.echo(annotated_yaml(config), nl=False)
         if backbone:
             runner = build_backbone(config, plugins)
             describe = getattr(runner, "engine_config", None)

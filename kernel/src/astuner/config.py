@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import (
-    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -30,9 +30,9 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
-from astuner.config_errors import explain_validation_error
+from astuner import compat
+from astuner.config_errors import explain_validation_error, yaml_line
 from astuner.errors import ConfigError
-from astuner.logs import get_logger
 
 ENV_PREFIX = "ASTUNER__"
 PASSTHROUGH_BLOCKS = ("verl", "trinity")
@@ -90,12 +90,11 @@ class ValKwargs(Section):
 
 class RolloutConfig(Section):
     agentscope_workflow: str | None = Field(
-        None,
-        validation_alias=AliasChoices("agentscope_workflow", "agentscope_learn_protocol", "user_workflow"),
-        description="The workflow: a registered name or an import string 'pkg.mod->Name'.",
+        None, description="The workflow: a registered name or an import string 'pkg.mod->Name'."
     )
-    use_agentscope_protocol: bool = True
-    agentscope_disable_toolcalls: bool = False
+    disable_toolcalls: bool = Field(
+        False, description="Show the model no tools and read no tool calls from its replies."
+    )
     engine: str = Field("auto", description="Inference engine name, or auto.")
     engine_url: str | None = Field(None, description="URL of an already running engine server.")
     engines: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Engine settings.")
@@ -276,6 +275,7 @@ class AstunerConfig(BaseSettings):
     trinity: dict[str, Any] = Field(default_factory=dict, description="Passed verbatim to Trinity.")
 
     _source: Path | None = PrivateAttr(None)
+    _origins: ConfigOrigins | None = PrivateAttr(None)
 
     @field_validator("auxiliary_models")
     @classmethod
@@ -293,6 +293,21 @@ class AstunerConfig(BaseSettings):
     def source(self) -> Path | None:
         """The YAML file this config was loaded from, if any."""
         return self._source
+
+    @property
+    def origins(self) -> ConfigOrigins | None:
+        """Where each value came from (None for a config not made by `load_config`)."""
+        return self._origins
+
+    @property
+    def astuner(self) -> AstunerConfig:
+        """This config: workflows written for the seeds read `config.astuner.rollout...`."""
+        return self
+
+    @property
+    def astune(self) -> AstunerConfig:
+        """This config, under the system's old name (`config.astune.rollout.multi_turn.max_steps`)."""
+        return self
 
     def search_paths(self) -> list[Path]:
         """Where import strings are looked up: the working directory and the config's folder."""
@@ -318,37 +333,173 @@ def load_config(
     *,
     defaults: dict[str, Any] | None = None,
     arguments: dict[str, Any] | None = None,
+    backbone: str | None = None,
 ) -> AstunerConfig:
     """Load, merge and validate a config; raise `ConfigError` with a readable reason.
 
     The Python API (`astuner.tune()`) adds two layers: `defaults`, laid under
     the file (its objects' default values), and `arguments`, laid over the
     environment and under `overrides` (the values it was given explicitly).
+    `backbone` (the CLI's `--backbone`) is laid over everything. Each layer
+    is read through `astuner.compat` first, so the tutorials' old spellings
+    load with one notice each.
     """
-    file_data: dict[str, Any] = {}
-    source = None
-    if path is not None:
-        source = Path(path)
-        file_data = _read_config_file(source)
+    source = Path(path) if path is not None else None
+    file_data, notices = _read_config_file(source) if source is not None else ({}, [])
     environ = dict(os.environ) if environ is None else environ
-    env_data = _env_values(environ)
-    override_data = parse_overrides(overrides or [])
-    arguments = arguments or {}
-    merged = deep_merge(deep_merge(defaults or {}, file_data), env_data)
-    merged = deep_merge(deep_merge(merged, arguments), override_data)
+    raw_layers = [
+        Layer("defaults", defaults or {}),
+        Layer("file", file_data),
+        Layer("env", _env_values(environ)),
+        Layer("arguments", arguments or {}),
+        Layer("override", parse_overrides(overrides or [])),
+        Layer("backbone", {"backbone": backbone} if backbone else {}),
+    ]
+    merged: dict[str, Any] = {}
+    for layer in raw_layers:
+        merged = deep_merge(merged, layer.data)
+    chosen = str(merged.get("backbone") or AstunerConfig.model_fields["backbone"].default)
+    layers = []
+    for layer in raw_layers:
+        translation = compat.translate(layer.data, chosen, layer.describe(source))
+        notices += translation.notices
+        layers.append(Layer(layer.kind, translation.data, translation.renamed))
+    merged = {}
+    for layer in layers:
+        merged = deep_merge(merged, layer.data)
+    by_kind = {layer.kind: layer.data for layer in layers}
     try:
         config = AstunerConfig.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(
-            explain_validation_error(exc, AstunerConfig, source, env_data, override_data, arguments=arguments)
+            explain_validation_error(
+                exc,
+                AstunerConfig,
+                source,
+                by_kind["env"],
+                deep_merge(by_kind["override"], by_kind["backbone"]),
+                arguments=by_kind["arguments"],
+            )
         ) from exc
     config._source = source
+    config._origins = ConfigOrigins(source, layers)
     if config.experiment_name == "read_yaml_name":
         config.experiment_name = source.stem if source is not None else "default"
+        config._origins.computed["experiment_name"] = "read_yaml_name: the config file's name"
+    unused = compat.unused_on_backbone(
+        config._origins.explicit_keys(), config.backbone, config.rollout.engine
+    )
+    if unused:
+        notices.append(f"Not used on backbone '{config.backbone}': {', '.join(unused)}.")
+    compat.Notices.emit(notices)
     return config
 
 
-def _read_config_file(path: Path) -> dict[str, Any]:
+@dataclass
+class Layer:
+    """One source of config values, before or after `astuner.compat` translation."""
+
+    kind: Literal["defaults", "file", "env", "arguments", "override", "backbone"]
+    data: dict[str, Any]
+    renamed: dict[str, str] = field(default_factory=dict)
+
+    def describe(self, source: Path | None) -> str:
+        return {
+            "defaults": "astuner.tune() defaults",
+            "file": f"config file '{source}'",
+            "env": "the environment",
+            "arguments": "astuner.tune() arguments",
+            "override": "-o overrides",
+            "backbone": "--backbone",
+        }[self.kind]
+
+
+@dataclass
+class ConfigOrigins:
+    """Where each value of a loaded config came from: the source column of `astuner config show`."""
+
+    source: Path | None
+    layers: list[Layer]
+    computed: dict[str, str] = field(default_factory=dict)
+
+    def explicit_keys(self) -> list[str]:
+        """Dotted leaf keys a user set (file, environment, tune() arguments, -o), not defaults."""
+        keys: set[str] = set()
+        for layer in self.layers:
+            if layer.kind != "defaults":
+                keys.update(_leaf_keys(layer.data))
+        return sorted(keys)
+
+    def origin_of(self, dotted: str) -> str:
+        """`default`, `file x.yaml:12`, `env ASTUNER__A__B`, `-o a.b`, ...; an old spelling says so."""
+        note = f" ({self.computed[dotted]})" if dotted in self.computed else ""
+        for layer in reversed(self.layers):
+            found = _deepest_prefix(layer.data, dotted)
+            if found is None:
+                continue
+            old = layer.renamed.get(found)
+            alias = f", alias of {old.rsplit(': ', 1)[-1]}" if old else ""
+            return self._where(layer, found) + alias + note
+        return "default" + note
+
+    def _where(self, layer: Layer, dotted: str) -> str:
+        if layer.kind == "file":
+            old = layer.renamed.get(dotted)
+            parts = (old.split(": ", 1)[0] if old else dotted).split(".")
+            line = None
+            if self.source is not None:
+                roots = [None] if parts[0] in PASSTHROUGH_BLOCKS else []
+                roots += [root for root in ("astuner", *compat.OLD_ROOTS) if _has_root(self.source, root)]
+                for root in roots:
+                    line = yaml_line(self.source, [root, *parts] if root else parts)
+                    if line:
+                        break
+            name = self.source.name if self.source is not None else "file"
+            return f"file {name}:{line}" if line else f"file {name}"
+        if layer.kind == "env":
+            return "env " + ENV_PREFIX + "__".join(part.upper() for part in dotted.split("."))
+        return {
+            "defaults": "tune() default",
+            "arguments": "tune() argument",
+            "override": f"-o {dotted}",
+            "backbone": "--backbone",
+        }[layer.kind]
+
+
+def _leaf_keys(node: dict[str, Any], prefix: str = "") -> list[str]:
+    keys = []
+    for key, value in node.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            keys += _leaf_keys(value, dotted + ".")
+        else:
+            keys.append(dotted)
+    return keys
+
+
+def _deepest_prefix(data: dict[str, Any], dotted: str) -> str | None:
+    """`dotted` if the layer sets it, or the key above it that the layer sets whole (a list, a value)."""
+    node: Any = data
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+        if not isinstance(node, dict) and i < len(parts) - 1:
+            return ".".join(parts[: i + 1])
+    return dotted
+
+
+def _has_root(path: Path, root: str) -> bool:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return False
+    return isinstance(raw, dict) and root in raw
+
+
+def _read_config_file(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """A file's `astuner:` block (passthrough blocks folded in), and notices about its spelling."""
     if not path.exists():
         raise ConfigError(f"Config file '{path}' does not exist. Pass an existing YAML file to --conf.")
     if path.is_dir():
@@ -364,6 +515,7 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"Config file '{path}' must hold a mapping with an 'astuner:' block.")
+    raw, notices = compat.translate_root(raw, f"config file '{path}'")
     unknown = [k for k in raw if k not in ("astuner", *PASSTHROUGH_BLOCKS, *IGNORED_BLOCKS)]
     if unknown:
         raise ConfigError(
@@ -373,10 +525,9 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         )
     ignored = [k for k in IGNORED_BLOCKS if k in raw]
     if ignored:
-        get_logger().warning(
-            "ignoring Hydra keys: astuner composes its own defaults",
-            keys=ignored,
-            file=str(path),
+        notices.append(
+            f"Hydra keys {', '.join(ignored)} are ignored (config file '{path}'): astuner composes its "
+            "own defaults."
         )
     block = raw.get("astuner") or {}
     if not isinstance(block, dict):
@@ -387,7 +538,7 @@ def _read_config_file(path: Path) -> dict[str, Any]:
             if not isinstance(raw[name], dict):
                 raise ConfigError(f"Config file '{path}': the '{name}:' block must be a mapping.")
             data[name] = deep_merge(data.get(name) or {}, raw[name])
-    return data
+    return data, notices
 
 
 def _env_values(environ: dict[str, str]) -> dict[str, Any]:

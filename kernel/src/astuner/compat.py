@@ -1,0 +1,279 @@
+"""The tutorials' old spellings, mapped to today's, in one place.
+
+Users arrive with configs written for the system's earlier names: a
+top-level `astune:` block, `rollout.agentscope_learn_protocol`, judges named
+`astune.task_judge.math_answer_as_judge->MathAnswerAsJudge`, engine-only keys
+such as `trainer_common.trinity_only__n_vllm_engine`. They keep working:
+`translate()` rewrites one layer of raw config (a file's `astuner:` block,
+the environment, the `-o` overrides) before validation, and `Notices` says
+once per run, in one short line each, what was rewritten. Nothing here is
+ever an error, except two spellings of one key that disagree.
+
+`unused_on_backbone()` lists the keys a user set that the chosen backbone
+never reads (a `trinity:` block on `--backbone debug`, vLLM sizes on the
+torch trainer), so a seed config runs everywhere and says what it ignored.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from astuner.errors import ConfigError
+from astuner.logs import get_logger
+
+DOCS = "docs/coming-from-the-tutorials.md"
+
+# The system's earlier names for the config's root block.
+OLD_ROOTS = ("astune",)
+
+# Old dotted key -> today's.
+KEY_ALIASES = {
+    "rollout.agentscope_learn_protocol": "rollout.agentscope_workflow",
+    "rollout.user_workflow": "rollout.agentscope_workflow",
+    "rollout.agentscope_disable_toolcalls": "rollout.disable_toolcalls",
+    "rollout.force_disable_toolcalls": "rollout.disable_toolcalls",
+}
+
+# Keys that meant something once and mean nothing now: accepted, dropped, explained.
+RETIRED_KEYS = {
+    "rollout.use_agentscope_protocol": "every workflow runs through the AgentScope-compatible model handle",
+    "task_judge.judge_type": "the judge is chosen by task_judge.judge_protocol alone",
+}
+
+# The judges and workflows the tutorials name by import string into the old
+# packages, and the registered names that do the same job today.
+IMPORT_ALIASES = {
+    "task_judge.judge_protocol": {
+        "math_answer_as_judge->MathAnswerAsJudge": "math_answer",
+        "math_answer_as_judge->MathAnswerAndLlmAsJudge": "math_answer_llm",
+        "env_service_as_judge->EnvServiceJudge": "env_service",
+    },
+}
+OLD_PACKAGES = ("astune.task_judge.", "astuner.task_judge.", "ajet.task_judge.")
+
+# `<section>.trinity_only__<key>`: a key for one engine only.
+ENGINE_PREFIXES = {"trinity_only__": "trinity", "verl_only__": "verl"}
+# Where an engine-only key lives when its own section has no such key.
+ENGINE_KEY_HOMES = {"n_vllm_engine": "rollout.n_vllm_engine"}
+
+# Which built-in backbones read a key (the longest listed prefix decides);
+# a key not listed is read by all. Backbones not named here are not judged.
+TRAINERS = ("torch", "verl", "trinity")
+READ_BY = {
+    "data.train_batch_size": TRAINERS,
+    "data.max_prompt_length": ("verl", "trinity"),
+    "data.max_response_length": ("verl", "trinity"),
+    "trainer_common": TRAINERS,
+    "trainer_common.nnodes": ("verl", "trinity"),
+    "trainer_common.n_gpus_per_node": ("verl", "trinity"),
+    "trainer_common.fsdp_config": ("verl",),
+    "trainer_common.ulysses_sequence_parallel_size": ("verl", "trinity"),
+    "trainer_common.algorithm.use_kl_in_reward": ("verl",),
+    "trainer_common.algorithm.task_norm_patch": (),
+    "rollout.max_num_seqs": ("verl",),
+    "rollout.name": ("verl",),
+    "rollout.mode": (),
+    "rollout.n_vllm_engine": ("trinity",),
+    "rollout.tensor_model_parallel_size": ("verl", "trinity"),
+    "rollout.multi_turn.max_sample_per_task": (),
+    "rollout.multi_turn.expected_steps": ("trinity",),
+    "context_tracker.context_tracker_type": (),
+    "debug": ("debug",),
+    "verl": ("verl",),
+    "trinity": ("trinity",),
+}
+BUILTIN_BACKBONES = ("debug", "torch", "verl", "trinity")
+
+
+@dataclass
+class Translation:
+    """One layer after translation: the data, what was renamed, what to tell the user."""
+
+    data: dict[str, Any]
+    renamed: dict[str, str] = field(default_factory=dict)  # today's dotted key -> the spelling used
+    notices: list[str] = field(default_factory=list)
+
+
+def translate_root(raw: Mapping[str, Any], where: str) -> tuple[dict[str, Any], list[str]]:
+    """A config file's top level with `astune:` read as `astuner:`."""
+    out = dict(raw)
+    notices = []
+    for old in OLD_ROOTS:
+        if old not in out:
+            continue
+        block = out.pop(old)
+        if "astuner" in out:
+            raise ConfigError(
+                f"{where} has both an '{old}:' and an 'astuner:' block; '{old}:' is the old name of "
+                "'astuner:'. Keep one."
+            )
+        out["astuner"] = block
+        notices.append(
+            f"'{old}:' is the old name of the 'astuner:' block ({where}); it is read as 'astuner:'."
+        )
+    return out, notices
+
+
+def translate(layer: Mapping[str, Any], backbone: str, where: str) -> Translation:
+    """Today's spelling of one raw layer of the `astuner:` block (mappings are copied, not changed)."""
+    result = Translation(_copy(layer))
+    data = result.data
+    for old, new in KEY_ALIASES.items():
+        if not _has(data, old):
+            continue
+        value = _pop(data, old)
+        if _has(data, new) and _get(data, new) != value:
+            raise ConfigError(
+                f"{where} sets both '{old}' ({value!r}) and '{new}' ({_get(data, new)!r}); '{old}' is the "
+                f"old spelling of '{new}'. Keep one."
+            )
+        _set(data, new, value)
+        result.renamed[new] = old
+        result.notices.append(f"'{old}' is now '{new}' ({where}).")
+    for old, why in RETIRED_KEYS.items():
+        if _has(data, old):
+            _pop(data, old)
+            result.notices.append(f"'{old}' has no effect any more ({where}): {why}.")
+    for key, aliases in IMPORT_ALIASES.items():
+        value = _get(data, key) if _has(data, key) else None
+        new = _import_alias(value, aliases) if isinstance(value, str) else None
+        if new is not None:
+            _set(data, key, new)
+            result.renamed[key] = f"{key}: {value}"
+            result.notices.append(f"{key} '{value}' is the built-in '{new}' today ({where}).")
+    _route_engine_keys(data, backbone, where, result, prefix="")
+    return result
+
+
+def unused_on_backbone(keys: Iterable[str], backbone: str, engine: str = "auto") -> list[str]:
+    """Of the dotted `keys` a user set, those `backbone` never reads, sorted."""
+    if backbone not in BUILTIN_BACKBONES:
+        return []
+    unused = set()
+    for key in keys:
+        readers = _readers(key)
+        if key == "rollout.tensor_model_parallel_size" and engine == "vllm":
+            continue  # the vLLM server astuner starts for any backbone is sized by it
+        if readers is not None and backbone not in readers:
+            top = key.split(".", 1)[0]
+            unused.add(f"{top}: block" if top in ("verl", "trinity", "debug") else key)
+    return sorted(unused)
+
+
+def launcher_notices(db_tags: str | None, environ: Mapping[str, str] | None = None) -> None:
+    """The seeds' launcher features astuner does not have yet: said plainly, never an error."""
+    environ = os.environ if environ is None else environ
+    notices = []
+    if db_tags:
+        notices.append(
+            f"--db '{db_tags}' (Ray Distributed Debugger breakpoints) is not available in astuner yet: "
+            "run with --backbone debug, which needs no Ray, and set ordinary breakpoints."
+        )
+    if environ.get("PHONE_NUMBERS"):
+        notices.append("PHONE_NUMBERS (an SMS when the run exits) is not available in astuner yet.")
+    Notices.emit(notices)
+
+
+class Notices:
+    """Prints each notice once per process: a run loads its config more than once."""
+
+    _seen: ClassVar[set[str]] = set()
+
+    @classmethod
+    def emit(cls, notices: Iterable[str]) -> None:
+        log = get_logger()
+        for text in notices:
+            if text not in cls._seen:
+                cls._seen.add(text)
+                log.warning(f"{text} See {DOCS}.")
+
+    @classmethod
+    def forget(cls) -> None:
+        """Print every notice again (tests)."""
+        cls._seen.clear()
+
+
+def _import_alias(value: str, aliases: Mapping[str, str]) -> str | None:
+    for package in OLD_PACKAGES:
+        if value.startswith(package):
+            return aliases.get(value[len(package) :].replace(":", "->", 1).replace(" ", ""))
+    return None
+
+
+def _route_engine_keys(
+    node: dict[str, Any], backbone: str, where: str, result: Translation, prefix: str
+) -> None:
+    """Move `<section>.<engine>_only__<key>` to its home on that engine's backbone; drop it elsewhere."""
+    for name in list(node):
+        value = node[name]
+        dotted = f"{prefix}{name}"
+        if isinstance(value, dict) and dotted not in ("verl", "trinity"):
+            _route_engine_keys(value, backbone, where, result, prefix=f"{dotted}.")
+            continue
+        engine = next(
+            (e for p, e in ENGINE_PREFIXES.items() if isinstance(name, str) and name.startswith(p)), None
+        )
+        if engine is None:
+            continue
+        del node[name]
+        key = name.split("__", 1)[1]
+        home = ENGINE_KEY_HOMES.get(key, f"{prefix}{key}")
+        if backbone != engine:
+            result.notices.append(
+                f"'{dotted}' is for backbone '{engine}' only; not used on '{backbone}' ({where})."
+            )
+            continue
+        _set(result.data, home, value)
+        result.renamed[home] = dotted
+        result.notices.append(f"'{dotted}' is read as '{home}' on backbone '{engine}' ({where}).")
+
+
+def _readers(key: str) -> tuple[str, ...] | None:
+    parts = key.split(".")
+    for n in range(len(parts), 0, -1):
+        found = READ_BY.get(".".join(parts[:n]))
+        if found is not None:
+            return found
+    return None
+
+
+def _copy(node: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _copy(v) if isinstance(v, Mapping) else v for k, v in node.items()}
+
+
+def _has(data: Mapping[str, Any], dotted: str) -> bool:
+    node: Any = data
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _get(data: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = data
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+def _pop(data: dict[str, Any], dotted: str) -> Any:
+    *parents, leaf = dotted.split(".")
+    node = data
+    for part in parents:
+        node = node[part]
+    return node.pop(leaf)
+
+
+def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = data
+    for part in parents:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = node[part] = {}
+        node = child
+    node[leaf] = value
