@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 
 class Task(BaseModel):
@@ -33,21 +33,46 @@ class Task(BaseModel):
         return self.metadata.get("answer")
 
 
+def text_of(value: Any) -> str | None:
+    """The text of a response: a string as is, an AgentScope `Msg` by its text content.
+
+    Anything else is written as `str(value)`; None stays None.
+    """
+    if value is None or isinstance(value, str):
+        return value
+    get_text = getattr(value, "get_text_content", None)
+    if callable(get_text):
+        return get_text() or ""
+    return str(value)
+
+
 class WorkflowOutput(BaseModel):
     """What a workflow returns after one run.
 
     `reward` may be set by the workflow itself (a float, or one float per
-    step); when it is None the configured judge decides. `metadata` carries
-    what the judge reads, e.g. `final_answer`.
+    step); when it is None the configured judge decides. `response` is
+    whatever the workflow wants the judge to see (a string, an AgentScope
+    `Msg`, any object): the judge receives it as returned, records keep its
+    text (`response_text`). `metadata` carries what the judge reads, e.g.
+    `final_answer`.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
     reward: float | list[float] | None = None
     is_success: bool | None = None
-    response: str | None = None
+    response: Any = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     metrics: dict[str, float] = Field(default_factory=dict)
+
+    @property
+    def response_text(self) -> str | None:
+        """The response as text (see `text_of`)."""
+        return text_of(self.response)
+
+    @field_serializer("response")
+    def _response_as_text(self, value: Any) -> str | None:
+        return text_of(value)
 
 
 class JudgeOutput(BaseModel):
@@ -67,8 +92,10 @@ class WorkflowTask(BaseModel):
     computed within it), `rollout_id` this run, `repeat_index` its place in
     the group. `gym_env` is the environment client when the task comes
     from an environment service, `auxiliary_models` this run's handles of
-    the configured auxiliary models (by name), and `config` the resolved
-    astuner config; all are live objects, left out of the JSON form.
+    the configured auxiliary models (by name), `config` the resolved
+    astuner config, and `model_tuner` the run's model handle (its calls are
+    what judges in the first tutorials' style read); all are live objects,
+    left out of the JSON form.
     """
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
@@ -80,3 +107,4 @@ class WorkflowTask(BaseModel):
     gym_env: Any = Field(default=None, exclude=True)
     auxiliary_models: dict[str, Any] = Field(default_factory=dict, exclude=True)
     config: Any = Field(default=None, exclude=True)
+    model_tuner: Any = Field(default=None, exclude=True)

@@ -71,9 +71,9 @@ class ExactJudge:
         candidates = []
         if output.metadata.get("final_answer") is not None:
             candidates.append(str(output.metadata["final_answer"]))
-        elif output.response:
-            candidates.append(output.response)
-            boxed = _BOXED.findall(output.response)
+        elif output.response_text:
+            candidates.append(output.response_text)
+            boxed = _BOXED.findall(output.response_text)
             if boxed:
                 candidates.append(boxed[-1])
         if reference is None or not candidates:

@@ -3,7 +3,8 @@
 - a registered judge (`task_judge.judge_protocol: exact`): already that shape;
 - a judge class or object from an import string: `judge(task, output)`
   (sync or async), or the seeds' `compute_reward(workflow_task, workflow_output)`
-  returning `(reward, is_success)`;
+  returning `(reward, is_success)`, or the first tutorials'
+  `compute_reward(judge_input_dictionary)` (see `judge_input_dictionary`);
 - a plain `async def judge(task, response, auxiliary_models=None)` (the
   AgentScope Tuner form), where `task` is the row dict and `response` the
   workflow's `response`, and `auxiliary_models` the rollout's handles of the
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import inspect
 from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
 
 from astuner.components import build_judge
 from astuner.core.task import JudgeOutput, Task, WorkflowOutput, WorkflowTask
@@ -28,9 +31,16 @@ if TYPE_CHECKING:
 
 
 def as_judge_output(value: Any, where: str) -> JudgeOutput:
-    """Accept a `JudgeOutput`, a dict of its fields, a `(reward, is_success)` pair or a float."""
+    """Accept a `JudgeOutput`, a dict of its fields, a `(reward, is_success)` pair, a float,
+    or a look-alike (AgentScope Tuner's `JudgeOutput`: reward, metrics)."""
     if isinstance(value, JudgeOutput):
         return value
+    if isinstance(value, BaseModel):
+        value = {
+            name: getattr(value, name)
+            for name in JudgeOutput.model_fields
+            if getattr(value, name, None) is not None
+        }
     if isinstance(value, dict):
         return JudgeOutput(**value)
     if isinstance(value, tuple) and len(value) == 2:
@@ -40,6 +50,28 @@ def as_judge_output(value: Any, where: str) -> JudgeOutput:
     raise AstunerError(f"The judge {where} returned {type(value).__name__}; return a JudgeOutput.")
 
 
+def judge_input_dictionary(workflow_task: WorkflowTask, output: WorkflowOutput) -> dict[str, Any]:
+    """What a first-tutorials judge reads from `judge_input_dictionary`.
+
+    `env`: the task's environment client (None without an environment service);
+    `task_core_arg`: the `WorkflowTask` (`.task.main_query`, `.task.metadata['answer']`);
+    `grouped_steps`: each model call as its message list, the reply last;
+    plus everything the workflow handed over (`final_answer`, ...) and its output's metadata.
+    """
+    tuner = workflow_task.model_tuner
+    steps = [
+        [*call.messages, {"role": "assistant", "content": call.text}]
+        for call in (tuner.calls if tuner is not None else [])
+    ]
+    return {
+        "env": workflow_task.gym_env,
+        "task_core_arg": workflow_task,
+        "grouped_steps": steps,
+        "workflow_output": output,
+        **output.metadata,
+    }
+
+
 class AdaptedJudge:
     """Any accepted judge form behind the `Judge` protocol."""
 
@@ -47,19 +79,32 @@ class AdaptedJudge:
         self.where = where
         self._method = getattr(obj, "judge", None) or getattr(obj, "compute_reward", None)
         self._function = None
+        self._takes_dictionary = False
         if self._method is None or inspect.isfunction(obj):
             if not callable(obj):
                 raise ConfigError(f"The judge {where} has no judge()/compute_reward() and is not callable.")
             check_function_signature(obj, ("task", "response"), ("auxiliary_models",), "judge")
             self._function, self._method = obj, None
+        else:
+            self._takes_dictionary = list(inspect.signature(self._method).parameters) == [
+                "judge_input_dictionary"
+            ]
 
     async def judge_rollout(self, workflow_task: WorkflowTask, output: WorkflowOutput) -> JudgeOutput:
         """The verdict on one rollout: a function judge gets that rollout's auxiliary models."""
+        if self._takes_dictionary:
+            if output.reward is not None:  # the workflow decided; the first tutorials skip the judge
+                return JudgeOutput(reward=output.reward, is_success=bool(output.is_success))
+            assert self._method is not None
+            value = self._method(judge_input_dictionary(workflow_task, output))
+            return as_judge_output(await value if inspect.isawaitable(value) else value, self.where)
         return await self.judge(workflow_task.task, output, workflow_task.auxiliary_models)
 
     async def judge(
         self, task: Task, output: WorkflowOutput, auxiliary_models: dict[str, Any] | None = None
     ) -> JudgeOutput:
+        if self._takes_dictionary:
+            return await self.judge_rollout(WorkflowTask(task=task), output)
         if self._function is not None:
             kwargs: dict[str, Any] = {"task": task_as_dict(task), "response": output.response}
             if "auxiliary_models" in inspect.signature(self._function).parameters:

@@ -160,6 +160,8 @@ class RolloutRunner:
                 name: model.handle(rollout_id, gateway_url) for name, model in self.auxiliary_models.items()
             },
             trainable_targets=self.workflow.trainable_targets,
+            config=self.config,
+            disable_toolcalls=getattr(getattr(self.config, "rollout", None), "disable_toolcalls", False),
         )
 
     async def run_one(self, task: Task, group_id: str, repeat: int, sampling: SamplingParams) -> Trajectory:
@@ -178,6 +180,7 @@ class RolloutRunner:
             repeat_index=repeat,
             auxiliary_models=auxiliary,
             config=self.config,
+            model_tuner=tuner,
         )
         error: str | None = None
         output = None
@@ -204,6 +207,7 @@ class RolloutRunner:
                 trajectory.metadata["step_rewards"] = list(tuner.step_rewards)
                 trajectory.metadata["env_steps"] = [dict(step) for step in tuner.env_steps]
             if output is not None and error is None:
+                output = with_judge_input(output, tuner.judge_input)
                 trajectory.metadata["workflow_output"] = output.model_dump(mode="json")
                 try:
                     verdict = await self._judge(workflow_task, output)
@@ -243,6 +247,21 @@ class RolloutRunner:
         if callable(judge_rollout):
             return await judge_rollout(workflow_task, output)
         return await self.judge.judge(workflow_task.task, output)
+
+
+def with_judge_input(output: WorkflowOutput, judge_input: Mapping[str, Any]) -> WorkflowOutput:
+    """The output with what the workflow handed over by `update_judge_input_dictionary` in its metadata.
+
+    `raw_reward` and `is_success` handed over together are the verdict (the
+    first tutorials' werewolves game decides its own winner this way).
+    """
+    if not judge_input:
+        return output
+    output = output.model_copy(update={"metadata": {**judge_input, **output.metadata}})
+    if output.reward is None and "raw_reward" in judge_input and "is_success" in judge_input:
+        output.reward = float(judge_input["raw_reward"])
+        output.is_success = bool(judge_input["is_success"])
+    return output
 
 
 def _executor(config: Any) -> Any:

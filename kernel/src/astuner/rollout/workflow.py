@@ -1,13 +1,16 @@
 """The two workflow forms, and how config names one.
 
 1. A `Workflow` subclass with `async execute(workflow_task, model_tuner)`
-   (the seeds' `agentscope_execute` is accepted too).
+   (the seeds' `agentscope_execute` is accepted too, and so is the first
+   tutorials' `agentscope_execute(init_messages, astune_proxy, config)`,
+   which may return the proxy and leave the verdict to the judge).
 2. A plain `async def workflow(task, model, auxiliary_models=None)`, the
    AgentScope Tuner form, where `task` is the task's row as a dict.
 
-Either returns a `WorkflowOutput` (a dict of its fields, or a bare float
-reward, is accepted). `rollout.agentscope_workflow` names it: a registered
-workflow or an import string `pkg.mod->Name`.
+Either returns a `WorkflowOutput` (a dict of its fields, a bare float
+reward, or AgentScope Tuner's own `WorkflowOutput` is accepted).
+`rollout.agentscope_workflow` names it: a registered workflow or an import
+string `pkg.mod->Name`.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from astuner.compat import Notices
 from astuner.core.task import Task, WorkflowOutput, WorkflowTask
 from astuner.errors import AstunerError, ConfigError
 
@@ -39,9 +43,13 @@ class LoadedWorkflow:
 
 
 class Workflow(BaseModel):
-    """Base class of class-form workflows: implement `execute`."""
+    """Base class of class-form workflows: implement `execute`.
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    A workflow is the user's own class: `execute` may keep anything on it
+    (`self.agent = ReActAgent(...)`), as the tutorials do.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="allow")
 
     name: str = "workflow"
     trainable_targets: list[str] = []
@@ -52,6 +60,24 @@ class Workflow(BaseModel):
         )
 
 
+FIRST_FORM_NOTICE = (
+    "{name}.agentscope_execute(init_messages, astune_proxy, config) is the first tutorials' workflow "
+    "form; it runs as written. Today's form is async execute(self, workflow_task, model_tuner) -> "
+    "WorkflowOutput."
+)
+
+
+def initial_messages(workflow_task: WorkflowTask) -> list[dict[str, Any]]:
+    """The conversation a task starts with: the environment's first messages, or the task's query."""
+    gym_env = workflow_task.gym_env
+    if gym_env is not None and getattr(gym_env, "initial_messages", None):
+        return [dict(m) for m in gym_env.initial_messages]
+    task = workflow_task.task
+    if task.metadata.get("init_messages"):
+        return [dict(m) for m in task.metadata["init_messages"]]
+    return [{"role": "user", "content": task.main_query}]
+
+
 def task_as_dict(task: Task) -> dict[str, Any]:
     """The row a function-form workflow sees: the raw fields plus `task_id` and the query."""
     row = {"task_id": task.task_id, "main_query": task.main_query, **task.metadata}
@@ -60,11 +86,25 @@ def task_as_dict(task: Task) -> dict[str, Any]:
 
 
 def as_workflow_output(value: Any, where: str) -> WorkflowOutput:
-    """Accept a `WorkflowOutput`, a dict of its fields, or a bare float reward."""
+    """Accept a `WorkflowOutput`, a dict of its fields, a bare float reward, or a look-alike.
+
+    A look-alike is another library's output model with some of the same
+    fields (AgentScope Tuner's `WorkflowOutput`: reward, response, metrics).
+    A model handle returned by a first-tutorials workflow means: no reward,
+    the judge decides from what the workflow registered on the handle.
+    """
     if isinstance(value, WorkflowOutput):
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return WorkflowOutput(reward=float(value))
+    if value is not None and type(value).__name__ in ("ModelTuner", "AgentScopeModelTuner"):
+        return WorkflowOutput()
+    if isinstance(value, BaseModel):
+        value = {
+            name: getattr(value, name)
+            for name in WorkflowOutput.model_fields
+            if getattr(value, name, None) is not None
+        }
     if isinstance(value, dict):
         try:
             return WorkflowOutput(**value)
@@ -105,9 +145,15 @@ def adapt_workflow(obj: Any, where: str) -> LoadedWorkflow:
             raise ConfigError(f"Cannot create the workflow {where} with no arguments: {exc}") from exc
     method = getattr(obj, "execute", None) or getattr(obj, "agentscope_execute", None)
     if method is not None and not inspect.isfunction(obj):
+        first_form = list(inspect.signature(method).parameters)[:1] == ["init_messages"]
 
         async def run_method(workflow_task: WorkflowTask, model_tuner: ModelTuner) -> WorkflowOutput:
-            return as_workflow_output(await method(workflow_task, model_tuner), where)
+            if first_form:
+                Notices.emit([FIRST_FORM_NOTICE.format(name=type(obj).__name__)])
+                result = method(initial_messages(workflow_task), model_tuner, workflow_task.config)
+            else:
+                result = method(workflow_task, model_tuner)
+            return as_workflow_output(await result, where)
 
         return LoadedWorkflow(run_method, list(getattr(obj, "trainable_targets", None) or []))
     if callable(obj):

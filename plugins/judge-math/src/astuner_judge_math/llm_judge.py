@@ -94,7 +94,7 @@ def parse_verdict(reply: str) -> bool | None:
 
 def rubric_messages(task: Task, output: WorkflowOutput, rule: RuleVerdict) -> list[dict[str, str]]:
     final = output.metadata.get("final_answer")
-    response = output.response or str(final or "")
+    response = output.response_text or str(final or "")
     if rule.prediction is not None:
         prediction = rule.prediction
     else:
@@ -155,7 +155,7 @@ class MathAnswerLlmJudge:
         metrics = {**rule_metrics(rule), "judge/llm_calls": 0.0}
         if rule.correct or rule.reference is None:
             return self.rule.verdict(rule.correct, metrics)
-        if rule.prediction is None and not (output.response or "").strip():
+        if rule.prediction is None and not (output.response_text or "").strip():
             return self.rule.verdict(False, metrics)
         engine = await self._ready_engine()
         started = time.perf_counter()

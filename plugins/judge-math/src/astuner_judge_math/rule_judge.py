@@ -59,7 +59,7 @@ class MathAnswerJudge:
     def check(self, task: Task, output: WorkflowOutput) -> RuleVerdict:
         s = self.settings
         final = output.metadata.get("final_answer")
-        prediction = extract_prediction(str(final) if final is not None else output.response)
+        prediction = extract_prediction(str(final) if final is not None else output.response_text)
         reference = extract_reference(task.metadata.get(s.answer_field))
         correct = (
             prediction is not None
