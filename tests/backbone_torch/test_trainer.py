@@ -145,8 +145,10 @@ def test_skipping_zero_advantage_samples_leaves_the_update_unchanged(tiny_model_
     assert skipped[0]["skipped_samples"] == 2 and full[0]["skipped_samples"] == 0
     assert skipped[0]["tokens_trained"] == full[0]["tokens_trained"] == 20
     assert skipped[0]["real_tokens"] < full[0]["real_tokens"]
+    # Float noise from other batch shapes, amplified where Adam divides by a tiny second moment:
+    # about 1e-5 here. A wrong skip (another normaliser, a lost sample) moves weights by ~lr = 1e-2.
     for a, b in zip(w_skip, w_full, strict=True):
-        assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()  # float noise: other batch shapes
+        assert torch.allclose(a, b, atol=1e-4), (a - b).abs().max()
 
 
 def test_a_step_where_nothing_carries_a_gradient_still_steps_the_optimizer(tiny_model_dir: Path) -> None:
