@@ -143,7 +143,9 @@ def adapt_workflow(obj: Any, where: str) -> LoadedWorkflow:
             obj = obj()
         except TypeError as exc:
             raise ConfigError(f"Cannot create the workflow {where} with no arguments: {exc}") from exc
-    method = getattr(obj, "execute", None) or getattr(obj, "agentscope_execute", None)
+    method = getattr(obj, "execute", None)
+    if getattr(type(obj), "execute", None) is Workflow.execute or method is None:
+        method = getattr(obj, "agentscope_execute", None) or method  # the seeds' name for it
     if method is not None and not inspect.isfunction(obj):
         first_form = list(inspect.signature(method).parameters)[:1] == ["init_messages"]
 
