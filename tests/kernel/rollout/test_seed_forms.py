@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from astuner import Task, Workflow, WorkflowOutput, WorkflowTask
 from astuner.compat import Notices
 from astuner.config import load_config
+from astuner.logs import configure_logging
 from astuner.rollout.engine import SamplingParams
 from astuner.rollout.judging import AdaptedJudge
 
@@ -66,10 +67,17 @@ class DictionaryJudge:
 
 
 def test_first_form_workflow_hands_its_answer_to_a_dictionary_judge(make_runner, capsys) -> None:
+    configure_logging()
     Notices.forget()
     runner, _ = make_runner(FirstForm, lambda prompt: "42")
     runner.judge = AdaptedJudge(DictionaryJudge(None), "DictionaryJudge")
+    others = [TASK.model_copy(update={"task_id": f"q{i}"}) for i in range(3)]
+    asyncio.run(runner.run(others, SamplingParams(max_tokens=64), num_repeat=2, progress=False))
     trajectory = run_one(runner)
+    err = capsys.readouterr().err
+    # one notice per old spelling per run, not per rollout (7 rollouts ran)
+    assert err.count("FirstForm.agentscope_execute(init_messages, astune_proxy, config) is the first") == 1
+    assert err.count("update_judge_input_dictionary(...) is the first tutorials' way") == 1
     assert trajectory.error is None
     assert (trajectory.reward, trajectory.is_success) == (1.0, True)
     seen = DictionaryJudge.seen

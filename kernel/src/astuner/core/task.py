@@ -74,6 +74,21 @@ class WorkflowOutput(BaseModel):
     def _response_as_text(self, value: Any) -> str | None:
         return text_of(value)
 
+    def with_judge_input(self, judge_input: dict[str, Any]) -> WorkflowOutput:
+        """This output with what the workflow handed over by `update_judge_input_dictionary`.
+
+        The values join `metadata` (what the workflow set there itself wins);
+        `raw_reward` and `is_success` handed over together are the verdict
+        (the first tutorials' werewolves game decides its own winner this way).
+        """
+        if not judge_input:
+            return self
+        output = self.model_copy(update={"metadata": {**judge_input, **self.metadata}})
+        if output.reward is None and "raw_reward" in judge_input and "is_success" in judge_input:
+            output.reward = float(judge_input["raw_reward"])
+            output.is_success = bool(judge_input["is_success"])
+        return output
+
 
 class JudgeOutput(BaseModel):
     """A judge's verdict on one run."""

@@ -254,7 +254,8 @@ async def _run_workflow(
         config=config,
     )
     try:
-        return await workflow.run(workflow_task, tuner)
+        output = await workflow.run(workflow_task, tuner)
+        return output.with_judge_input(tuner.judge_input)
     finally:
         for handle in (tuner, *auxiliary.values()):
             await handle.aclose()

@@ -207,7 +207,7 @@ class RolloutRunner:
                 trajectory.metadata["step_rewards"] = list(tuner.step_rewards)
                 trajectory.metadata["env_steps"] = [dict(step) for step in tuner.env_steps]
             if output is not None and error is None:
-                output = with_judge_input(output, tuner.judge_input)
+                output = output.with_judge_input(tuner.judge_input)
                 trajectory.metadata["workflow_output"] = output.model_dump(mode="json")
                 try:
                     verdict = await self._judge(workflow_task, output)
@@ -247,21 +247,6 @@ class RolloutRunner:
         if callable(judge_rollout):
             return await judge_rollout(workflow_task, output)
         return await self.judge.judge(workflow_task.task, output)
-
-
-def with_judge_input(output: WorkflowOutput, judge_input: Mapping[str, Any]) -> WorkflowOutput:
-    """The output with what the workflow handed over by `update_judge_input_dictionary` in its metadata.
-
-    `raw_reward` and `is_success` handed over together are the verdict (the
-    first tutorials' werewolves game decides its own winner this way).
-    """
-    if not judge_input:
-        return output
-    output = output.model_copy(update={"metadata": {**judge_input, **output.metadata}})
-    if output.reward is None and "raw_reward" in judge_input and "is_success" in judge_input:
-        output.reward = float(judge_input["raw_reward"])
-        output.is_success = bool(judge_input["is_success"])
-    return output
 
 
 def _executor(config: Any) -> Any:

@@ -25,11 +25,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from astuner.compat import Notices
 from astuner.core.task import Task, WorkflowOutput, WorkflowTask
 from astuner.errors import AstunerError, ConfigError
+from astuner.rollout.model_tuner import ModelTuner
 
 if TYPE_CHECKING:
     from astuner.config import AstunerConfig
     from astuner.plugins import Plugins
-    from astuner.rollout.model_tuner import ModelTuner
 
 WorkflowFn = Callable[["WorkflowTask", "ModelTuner"], Awaitable[WorkflowOutput]]
 
@@ -97,7 +97,7 @@ def as_workflow_output(value: Any, where: str) -> WorkflowOutput:
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return WorkflowOutput(reward=float(value))
-    if value is not None and type(value).__name__ in ("ModelTuner", "AgentScopeModelTuner"):
+    if isinstance(value, ModelTuner):
         return WorkflowOutput()
     if isinstance(value, BaseModel):
         value = {
