@@ -12,6 +12,11 @@ ever an error, except two spellings of one key that disagree.
 `unused_on_backbone()` lists the keys a user set that the chosen backbone
 never reads (a `trinity:` block on `--backbone debug`, vLLM sizes on the
 torch trainer), so a seed config runs everywhere and says what it ignored.
+
+The tutorials' code forms are read where they are called (the workflow
+loader, the judge adapter, the model handle); what they are handed comes
+from here: `initial_messages()` for `agentscope_execute(init_messages, ...)`
+and `judge_input_dictionary()` for `compute_reward(judge_input_dictionary)`.
 """
 
 from __future__ import annotations
@@ -19,10 +24,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from astuner.errors import ConfigError
 from astuner.logs import get_logger
+
+if TYPE_CHECKING:
+    from astuner.core.task import WorkflowOutput, WorkflowTask
 
 DOCS = "docs/coming-from-the-tutorials.md"
 
@@ -175,6 +183,54 @@ def launcher_notices(db_tags: str | None, environ: Mapping[str, str] | None = No
     if environ.get("PHONE_NUMBERS"):
         notices.append("PHONE_NUMBERS (an SMS when the run exits) is not available in astuner yet.")
     Notices.emit(notices)
+
+
+# ------------------------------------------------------------------ code forms
+# The first tutorials' workflow and judge code (astune era) runs as written; these
+# are the pieces of that world the runner and judges hand to it.
+
+JUDGE_INPUT_NOTICE = (
+    "model_tuner.update_judge_input_dictionary(...) is the first tutorials' way to hand values to the "
+    "judge; it works. Today's: return WorkflowOutput(metadata={...})."
+)
+FIRST_FORM_NOTICE = (
+    "{name}.agentscope_execute(init_messages, astune_proxy, config) is the first tutorials' workflow "
+    "form; it runs as written. Today's form is async execute(self, workflow_task, model_tuner) -> "
+    "WorkflowOutput."
+)
+
+
+def initial_messages(workflow_task: WorkflowTask) -> list[dict[str, Any]]:
+    """The conversation a task starts with: the environment's first messages, or the task's query."""
+    gym_env = workflow_task.gym_env
+    if gym_env is not None and getattr(gym_env, "initial_messages", None):
+        return [dict(m) for m in gym_env.initial_messages]
+    task = workflow_task.task
+    if task.metadata.get("init_messages"):
+        return [dict(m) for m in task.metadata["init_messages"]]
+    return [{"role": "user", "content": task.main_query}]
+
+
+def judge_input_dictionary(workflow_task: WorkflowTask, output: WorkflowOutput) -> dict[str, Any]:
+    """What a first-tutorials judge reads from `judge_input_dictionary`.
+
+    `env`: the task's environment client (None without an environment service);
+    `task_core_arg`: the `WorkflowTask` (`.task.main_query`, `.task.metadata['answer']`);
+    `grouped_steps`: each model call as its message list, the reply last;
+    plus everything the workflow handed over (`final_answer`, ...) and its output's metadata.
+    """
+    tuner = workflow_task.model_tuner
+    steps = [
+        [*call.messages, {"role": "assistant", "content": call.text}]
+        for call in (tuner.calls if tuner is not None else [])
+    ]
+    return {
+        "env": workflow_task.gym_env,
+        "task_core_arg": workflow_task,
+        "grouped_steps": steps,
+        "workflow_output": output,
+        **output.metadata,
+    }
 
 
 class Notices:

@@ -4,7 +4,7 @@
 - a judge class or object from an import string: `judge(task, output)`
   (sync or async), or the seeds' `compute_reward(workflow_task, workflow_output)`
   returning `(reward, is_success)`, or the first tutorials'
-  `compute_reward(judge_input_dictionary)` (see `judge_input_dictionary`);
+  `compute_reward(judge_input_dictionary)` (see `astuner.compat.judge_input_dictionary`);
 - a plain `async def judge(task, response, auxiliary_models=None)` (the
   AgentScope Tuner form), where `task` is the row dict and `response` the
   workflow's `response`, and `auxiliary_models` the rollout's handles of the
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from astuner import compat
 from astuner.components import build_judge
 from astuner.core.task import JudgeOutput, Task, WorkflowOutput, WorkflowTask
 from astuner.errors import AstunerError, ConfigError
@@ -50,28 +51,6 @@ def as_judge_output(value: Any, where: str) -> JudgeOutput:
     raise AstunerError(f"The judge {where} returned {type(value).__name__}; return a JudgeOutput.")
 
 
-def judge_input_dictionary(workflow_task: WorkflowTask, output: WorkflowOutput) -> dict[str, Any]:
-    """What a first-tutorials judge reads from `judge_input_dictionary`.
-
-    `env`: the task's environment client (None without an environment service);
-    `task_core_arg`: the `WorkflowTask` (`.task.main_query`, `.task.metadata['answer']`);
-    `grouped_steps`: each model call as its message list, the reply last;
-    plus everything the workflow handed over (`final_answer`, ...) and its output's metadata.
-    """
-    tuner = workflow_task.model_tuner
-    steps = [
-        [*call.messages, {"role": "assistant", "content": call.text}]
-        for call in (tuner.calls if tuner is not None else [])
-    ]
-    return {
-        "env": workflow_task.gym_env,
-        "task_core_arg": workflow_task,
-        "grouped_steps": steps,
-        "workflow_output": output,
-        **output.metadata,
-    }
-
-
 class AdaptedJudge:
     """Any accepted judge form behind the `Judge` protocol."""
 
@@ -96,7 +75,7 @@ class AdaptedJudge:
             if output.reward is not None:  # the workflow decided; the first tutorials skip the judge
                 return JudgeOutput(reward=output.reward, is_success=bool(output.is_success))
             assert self._method is not None
-            value = self._method(judge_input_dictionary(workflow_task, output))
+            value = self._method(compat.judge_input_dictionary(workflow_task, output))
             return as_judge_output(await value if inspect.isawaitable(value) else value, self.where)
         return await self.judge(workflow_task.task, output, workflow_task.auxiliary_models)
 

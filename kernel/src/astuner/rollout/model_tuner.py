@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from astuner import compat
+from astuner.compat import Notices
 from astuner.core.chat import normalize_messages
 from astuner.core.trajectory import LLMCall, ToolCall, Trajectory
 from astuner.errors import AstunerError
@@ -167,14 +169,7 @@ class ModelTuner:
         `final_answer=...` is what the math judges read; `raw_reward=` with
         `is_success=` together are taken as the verdict itself.
         """
-        from astuner.compat import Notices
-
-        Notices.emit(
-            [
-                "model_tuner.update_judge_input_dictionary(...) is the first tutorials' way to hand values "
-                "to the judge; it works. Today's: return WorkflowOutput(metadata={...})."
-            ]
-        )
+        Notices.emit([compat.JUDGE_INPUT_NOTICE])
         self.judge_input.update(values)
 
     def get_judge_input_dictionary(self) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from astuner import compat
 from astuner.compat import Notices
 from astuner.core.task import Task, WorkflowOutput, WorkflowTask
 from astuner.errors import AstunerError, ConfigError
@@ -58,24 +59,6 @@ class Workflow(BaseModel):
         raise NotImplementedError(
             f"{type(self).__name__} must implement async execute(workflow_task, model_tuner)"
         )
-
-
-FIRST_FORM_NOTICE = (
-    "{name}.agentscope_execute(init_messages, astune_proxy, config) is the first tutorials' workflow "
-    "form; it runs as written. Today's form is async execute(self, workflow_task, model_tuner) -> "
-    "WorkflowOutput."
-)
-
-
-def initial_messages(workflow_task: WorkflowTask) -> list[dict[str, Any]]:
-    """The conversation a task starts with: the environment's first messages, or the task's query."""
-    gym_env = workflow_task.gym_env
-    if gym_env is not None and getattr(gym_env, "initial_messages", None):
-        return [dict(m) for m in gym_env.initial_messages]
-    task = workflow_task.task
-    if task.metadata.get("init_messages"):
-        return [dict(m) for m in task.metadata["init_messages"]]
-    return [{"role": "user", "content": task.main_query}]
 
 
 def task_as_dict(task: Task) -> dict[str, Any]:
@@ -151,8 +134,8 @@ def adapt_workflow(obj: Any, where: str) -> LoadedWorkflow:
 
         async def run_method(workflow_task: WorkflowTask, model_tuner: ModelTuner) -> WorkflowOutput:
             if first_form:
-                Notices.emit([FIRST_FORM_NOTICE.format(name=type(obj).__name__)])
-                result = method(initial_messages(workflow_task), model_tuner, workflow_task.config)
+                Notices.emit([compat.FIRST_FORM_NOTICE.format(name=type(obj).__name__)])
+                result = method(compat.initial_messages(workflow_task), model_tuner, workflow_task.config)
             else:
                 result = method(workflow_task, model_tuner)
             return as_workflow_output(await result, where)
