@@ -65,3 +65,25 @@ def merged_yaml(blocks: list[str]) -> dict[str, Any]:
 def indent(code: str, spaces: int) -> str:
     """A fragment placed inside a function body."""
     return "".join(" " * spaces + line if line.strip() else line for line in code.splitlines(True))
+
+
+def sources(shown: str) -> dict[str, str]:
+    """`astuner config show` output as dotted key -> its source comment."""
+    out, stack = {}, []
+    for line in shown.splitlines():
+        body, _, comment = line.partition("  # ")
+        depth = (len(body) - len(body.lstrip())) // 2
+        key = body.strip().split(":", 1)[0]
+        stack[depth:] = [key]
+        if comment:
+            out[".".join(stack[1:] if stack[0] == "astuner" else stack)] = comment
+    return out
+
+
+def leaves(node: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted keys of every value in a nested mapping."""
+    return [
+        leaf
+        for key, value in node.items()
+        for leaf in (leaves(value, f"{prefix}{key}.") if isinstance(value, dict) else [f"{prefix}{key}"])
+    ]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from seedtext import GSM8K, code_blocks, merged_yaml, needs_seeds
+from seedtext import GSM8K, code_blocks, leaves, merged_yaml, needs_seeds, sources
 
 from astuner.config_errors import yaml_line
 from astuner.testing.cli import run_astuner
@@ -57,27 +57,6 @@ def test_the_seed_002_agent_runs_on_the_debug_backbone(tmp_path: Path) -> None:
         assert seen[1]["role"] == "user" and seen[1]["content"].strip()
         assert "final_answer" in trajectory["metadata"]["workflow_output"]["metadata"]
         assert trajectory["reward"] in (0.0, 1.0)  # judged by math_answer
-
-
-def sources(shown: str) -> dict[str, str]:
-    """`astuner config show` output as dotted key -> its source comment."""
-    out, stack = {}, []
-    for line in shown.splitlines():
-        body, _, comment = line.partition("  # ")
-        depth = (len(body) - len(body.lstrip())) // 2
-        key = body.strip().split(":", 1)[0]
-        stack[depth:] = [key]
-        if comment:
-            out[".".join(stack[1:] if stack[0] == "astuner" else stack)] = comment
-    return out
-
-
-def leaves(node: dict, prefix: str = "") -> list[str]:
-    return [
-        leaf
-        for key, value in node.items()
-        for leaf in (leaves(value, f"{prefix}{key}.") if isinstance(value, dict) else [f"{prefix}{key}"])
-    ]
 
 
 def test_config_show_names_the_source_of_every_seed_002_key(tmp_path: Path) -> None:
