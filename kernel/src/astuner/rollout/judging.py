@@ -59,6 +59,8 @@ class AdaptedJudge:
         self._method = getattr(obj, "judge", None) or getattr(obj, "compute_reward", None)
         self._function = None
         self._takes_dictionary = False
+        # The seeds' compute_reward(workflow_task, workflow_output) reads workflow_task.task, .gym_env, ...
+        self._takes_workflow_task = getattr(obj, "judge", None) is None
         if self._method is None or inspect.isfunction(obj):
             if not callable(obj):
                 raise ConfigError(f"The judge {where} has no judge()/compute_reward() and is not callable.")
@@ -77,12 +79,15 @@ class AdaptedJudge:
             assert self._method is not None
             value = self._method(compat.judge_input_dictionary(workflow_task, output))
             return as_judge_output(await value if inspect.isawaitable(value) else value, self.where)
+        if self._method is not None and self._takes_workflow_task:
+            value = self._method(workflow_task, output)
+            return as_judge_output(await value if inspect.isawaitable(value) else value, self.where)
         return await self.judge(workflow_task.task, output, workflow_task.auxiliary_models)
 
     async def judge(
         self, task: Task, output: WorkflowOutput, auxiliary_models: dict[str, Any] | None = None
     ) -> JudgeOutput:
-        if self._takes_dictionary:
+        if self._takes_dictionary or (self._method is not None and self._takes_workflow_task):
             return await self.judge_rollout(WorkflowTask(task=task), output)
         if self._function is not None:
             kwargs: dict[str, Any] = {"task": task_as_dict(task), "response": output.response}
