@@ -123,6 +123,29 @@ def test_a_run_leaves_metrics_tensorboard_rollouts_and_loadable_checkpoints(base
 
 
 @pytest.mark.slow
+def test_a_nan_reward_is_a_rollout_error_and_never_reaches_the_weights(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    judge = {"judge_protocol": "tiny_workflows->NanForTheFirstRollout"}
+    conf = write_conf(tmp_path, tiny_model_dir, "nan", task_judge=judge)
+    output = finish(astuner_run(conf))
+    assert "non-finite reward" in output  # the console warns
+    (run,) = run_folders(tmp_path, "nan")
+    for step in range(1, STEPS + 1):
+        trajectories = read_trajectories(run / "rollouts" / f"step_{step}.jsonl")
+        failed = [t for t in trajectories if t.error]
+        assert len(failed) == 1 and failed[0].reward is None, [t.error for t in trajectories]
+        assert "returned a non-finite reward (nan)" in failed[0].error
+        assert "NanForTheFirstRollout" in failed[0].error
+        assert all(t.reward == t.reward for t in trajectories if not t.error)  # the others: finite, trained
+    for step in range(1, STEPS + 1):
+        for name, tensor in weights(run / "checkpoints" / f"step_{step}").items():
+            assert torch.isfinite(tensor).all(), name
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["actor/skipped_updates"] == 0 for r in records)  # nothing non-finite got that far
+
+
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_weights_bit_for_bit(
     base_run: Path, tmp_path: Path, tiny_model_dir: Path
 ) -> None:

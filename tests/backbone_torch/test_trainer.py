@@ -7,6 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from astuner_backbone_torch.batching import make_micro_batches  # noqa: E402
+from astuner_backbone_torch.checkpoint import ensure_finite  # noqa: E402
 from astuner_backbone_torch.losses import step_norm  # noqa: E402
 from astuner_backbone_torch.policy import Policy  # noqa: E402
 from astuner_backbone_torch.settings import TorchSettings  # noqa: E402
@@ -15,6 +16,7 @@ from astuner_backbone_torch.trainer import PolicyTrainer, UpdateSettings  # noqa
 from astuner.config import load_config  # noqa: E402
 from astuner.core.merge import merge_calls  # noqa: E402
 from astuner.core.trajectory import LLMCall, Sample  # noqa: E402
+from astuner.errors import AstunerError  # noqa: E402
 
 FP32 = TorchSettings(train_dtype="float32", gen_dtype="float32")
 
@@ -206,3 +208,31 @@ def test_a_model_that_rescales_its_logits_keeps_the_plain_forward(tiny_model_dir
     with torch.no_grad():
         logprobs, _ = trainer.logprobs(model, batch)
     assert torch.allclose(logprobs, full_forward_logprobs(model, batch), atol=1e-5)
+
+
+def test_a_non_finite_gradient_skips_the_step_and_stops_the_run_after_three(tiny_model_dir: Path) -> None:
+    trainer = make_trainer(tiny_model_dir, lr=1e-2)
+    good = with_old_logprobs(trainer, fixed_batch())
+    poisoned = [sample.model_copy(deep=True) for sample in good]
+    poisoned[0].advantages = [float("nan")] * len(poisoned[0].advantages)
+    before = weights(trainer)
+    for in_a_row in (1, 2):
+        metrics = trainer.update(poisoned)
+        assert metrics["skipped_updates"] == 1 and trainer.nonfinite_in_row == in_a_row
+        for a, b in zip(before, weights(trainer), strict=True):
+            assert torch.equal(a, b)  # the poisoned step left the weights alone
+    assert trainer.update(good)["skipped_updates"] == 0 and trainer.nonfinite_in_row == 0
+    trainer.update(poisoned)
+    trainer.update(poisoned)
+    with pytest.raises(AstunerError, match="NaN or infinite in 3 optimizer steps in a row"):
+        trainer.update(poisoned)
+
+
+def test_a_checkpoint_with_non_finite_weights_is_never_written(tiny_model_dir: Path) -> None:
+    trainer = make_trainer(tiny_model_dir)
+    parameters = list(trainer.policy.trainable_parameters())
+    ensure_finite(parameters, step=1)
+    with torch.no_grad():
+        parameters[0][0, 0] = float("inf")
+    with pytest.raises(AstunerError, match="Not writing the step 3 checkpoint: 1 weight tensor"):
+        ensure_finite(parameters, step=3)

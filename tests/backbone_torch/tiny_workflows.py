@@ -40,3 +40,12 @@ class TwoTurn(Workflow):
         return WorkflowOutput(
             reward=token_reward(ids), is_success=token_reward(ids) > 0.5, response=second.content
         )
+
+
+class NanForTheFirstRollout:
+    """A judge (by import string) that returns NaN for the first rollout of every step's first group."""
+
+    def compute_reward(self, workflow_task: WorkflowTask, output: WorkflowOutput) -> tuple[float, bool]:
+        if workflow_task.group_id.endswith("-0") and workflow_task.repeat_index == 0:
+            return float("nan"), False
+        return float(output.reward), bool(output.is_success)

@@ -113,7 +113,7 @@ class RolloutConfig(Section):
     compute_madness_checklist: list[str] = Field(default_factory=lambda: ["nonsense"])
     madness: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Check settings.")
     agent_madness_termination: bool = True
-    agent_madness_reward: float = -1.0
+    agent_madness_reward: float = Field(-1.0, allow_inf_nan=False)
     max_response_length_in_one_turn: int = Field(4096, ge=1)
     max_model_len: int = Field(18000, ge=1)
     multi_turn: MultiTurnConfig = Field(default_factory=MultiTurnConfig)

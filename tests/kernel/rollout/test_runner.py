@@ -87,3 +87,29 @@ def test_context_overflow_stops_the_loop_without_raising(make_runner) -> None:
     assert trajectory.tracker.context_overflows == 1
     assert engine.calls == len(trajectory.calls) - 1
     assert all(len(c.prompt_ids) + 32 <= 400 for c in trajectory.calls[:-1])
+
+
+class ScoreIsTheTask:
+    """A judge whose verdict is whatever the task's metadata says: NaN, inf, a list with NaN, or 1."""
+
+    def compute_reward(self, workflow_task, workflow_output):
+        return workflow_task.task.metadata["score"], True
+
+
+def test_a_non_finite_reward_is_a_rollout_error_naming_judge_and_task(make_runner, capsys) -> None:
+    from astuner.logs import configure_logging
+    from astuner.rollout.judging import AdaptedJudge
+
+    configure_logging()
+    scores = [float("nan"), float("inf"), [1.0, float("nan")], 1.0]
+    batch = [Task(task_id=f"s{i}", main_query="Say 1.", metadata={"score": s}) for i, s in enumerate(scores)]
+    runner, _ = make_runner(SayWorkflow, say_the_number)
+    runner.judge = AdaptedJudge(ScoreIsTheTask(), "'my_judges->ScoreIsTheTask'")
+    nan, inf, listed, fine = asyncio.run(runner.run(batch, SAMPLING, progress=False))
+    for trajectory, shown in ((nan, "nan"), (inf, "inf"), (listed, "[1.0, nan]")):
+        assert trajectory.reward is None and trajectory.is_success is None
+        judge = "The judge 'my_judges->ScoreIsTheTask'"
+        assert f"{judge} returned a non-finite reward ({shown})" in trajectory.error
+        assert f"for task '{trajectory.task_id}'" in trajectory.error
+    assert (fine.reward, fine.error) == (1.0, None)
+    assert capsys.readouterr().err.count("non-finite reward") == 3

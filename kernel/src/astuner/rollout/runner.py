@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import time
 import traceback
 import uuid
@@ -214,6 +215,8 @@ class RolloutRunner:
                 except Exception:
                     error = "The judge raised:\n" + traceback.format_exc()
                 else:
+                    error = self._non_finite(verdict.reward, task)
+                if error is None:
                     trajectory.reward, trajectory.is_success = verdict.reward, verdict.is_success
                     trajectory.metrics.update(output.metrics)
                     trajectory.metrics.update(verdict.metrics)
@@ -241,6 +244,19 @@ class RolloutRunner:
         if self.executor is not None:
             return await self.executor.run_workflow(self, workflow_task, tuner)
         return await self.workflow.run(workflow_task, tuner)
+
+    def _non_finite(self, reward: float | list[float], task: Task) -> str | None:
+        """The error of a NaN or infinite reward: it must never reach the advantages (or the weights)."""
+        values = reward if isinstance(reward, list) else [reward]
+        if all(math.isfinite(v) for v in values):
+            return None
+        judge = getattr(self.judge, "where", None) or type(self.judge).__name__
+        error = (
+            f"The judge {judge} returned a non-finite reward ({reward!r}) for task '{task.task_id}'; "
+            "the rollout is left out of training. Make the judge return finite numbers."
+        )
+        get_logger().warning("non-finite reward", judge=str(judge), task=task.task_id, reward=repr(reward))
+        return error
 
     async def _judge(self, workflow_task: WorkflowTask, output: WorkflowOutput) -> JudgeOutput:
         judge_rollout = getattr(self.judge, "judge_rollout", None)

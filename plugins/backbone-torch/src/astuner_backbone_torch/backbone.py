@@ -33,6 +33,7 @@ from astuner.rollout.runner import RolloutRunner
 from astuner.rollout.stack import rollout_stack, sampling_from_config
 from astuner_backbone_torch.checkpoint import (
     Checkpoint,
+    ensure_finite,
     resume_from,
     rng_state,
     save_checkpoint,
@@ -125,7 +126,7 @@ class TorchBackbone:
             config, settings, need_reference=use_kl, weights=checkpoint.path if checkpoint else None
         )
         update_settings = UpdateSettings.from_config(
-            config, settings.logprob_chunk, settings.skip_zero_advantage
+            config, settings.logprob_chunk, settings.skip_zero_advantage, settings.max_nonfinite_updates
         )
         trainer = PolicyTrainer(policy, update_settings)
         start = 0
@@ -211,6 +212,7 @@ class TorchBackbone:
         stream: TaskStream,
         config: AstunerConfig,
     ) -> None:
+        ensure_finite(policy.trainable_parameters(), step)
         save_checkpoint(
             root,
             step,

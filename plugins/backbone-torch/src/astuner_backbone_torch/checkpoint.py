@@ -17,6 +17,7 @@ import random
 import re
 import shutil
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ import numpy as np
 import torch
 
 from astuner.config import AstunerConfig
-from astuner.errors import ConfigError
+from astuner.errors import AstunerError, ConfigError
 
 STATE_JSON = "trainer_state.json"
 STATE_PT = "trainer_state.pt"
@@ -58,6 +59,17 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def ensure_finite(parameters: Iterable[torch.Tensor], step: int) -> None:
+    """Refuse to write a checkpoint whose weights hold a NaN or an infinity."""
+    bad = sum(1 for p in parameters if not bool(torch.isfinite(p.detach()).all()))
+    if bad:
+        raise AstunerError(
+            f"Not writing the step {step} checkpoint: {bad} weight tensor(s) hold NaN or infinite values. "
+            "The previous checkpoint is intact; resume from it (trainer_common.resume: auto) with a lower "
+            "learning rate."
+        )
 
 
 def save_checkpoint(

@@ -37,6 +37,12 @@ class TorchSettings(BaseModel):
         description="Skip forward/backward for samples with advantage 0 on every trained token "
         "(their loss and gradient are 0; ignored when a KL loss is on).",
     )
+    max_nonfinite_updates: int = Field(
+        3,
+        ge=1,
+        description="Optimizer steps in a row whose loss or gradient is NaN/inf (each skipped) before the "
+        "run stops with an error.",
+    )
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in backward (less memory)."
     )

@@ -18,6 +18,7 @@ carry a gradient.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,8 @@ import torch
 
 from astuner.config import AstunerConfig
 from astuner.core.trajectory import Sample
+from astuner.errors import AstunerError
+from astuner.logs import get_logger
 from astuner_backbone_torch.batching import MicroBatch, make_micro_batches
 from astuner_backbone_torch.losses import (
     StepNorm,
@@ -57,10 +60,15 @@ class UpdateSettings:
     mini_batch_num: int = 1
     logprob_chunk: int = 1024
     skip_zero_advantage: bool = True
+    max_nonfinite_updates: int = 3
 
     @classmethod
     def from_config(
-        cls, config: AstunerConfig, logprob_chunk: int = 1024, skip_zero_advantage: bool = True
+        cls,
+        config: AstunerConfig,
+        logprob_chunk: int = 1024,
+        skip_zero_advantage: bool = True,
+        max_nonfinite_updates: int = 3,
     ) -> UpdateSettings:
         t = config.trainer_common
         return cls(
@@ -80,6 +88,7 @@ class UpdateSettings:
             mini_batch_num=t.mini_batch_num,
             logprob_chunk=logprob_chunk,
             skip_zero_advantage=skip_zero_advantage,
+            max_nonfinite_updates=max_nonfinite_updates,
         )
 
 
@@ -105,6 +114,7 @@ class PolicyTrainer:
     def __init__(self, policy: Policy, settings: UpdateSettings) -> None:
         self.policy = policy
         self.settings = settings
+        self.nonfinite_in_row = 0
         self.optimizer = torch.optim.AdamW(
             policy.trainable_parameters(), lr=settings.lr, weight_decay=settings.weight_decay
         )
@@ -178,7 +188,8 @@ class PolicyTrainer:
         model = self.policy.model
         totals = _Totals()
         metrics: dict[str, float] = dict.fromkeys(
-            ("loss", "micro_batches", "padded_tokens", "real_tokens", "skipped_samples"), 0.0
+            ("loss", "micro_batches", "padded_tokens", "real_tokens", "skipped_samples", "skipped_updates"),
+            0.0,
         )
         grad_norms: list[float] = []
         model.train()
@@ -201,10 +212,16 @@ class PolicyTrainer:
                 if p.grad is None:  # nothing carried a gradient: AdamW still steps, as with zeros
                     p.grad = torch.zeros_like(p)
             grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.trainable_parameters(), s.grad_clip)
+            if not math.isfinite(float(grad_norm)):  # a NaN/inf loss or gradient: never step on it
+                self._skip_nonfinite_update(float(grad_norm))
+                metrics["skipped_updates"] += 1
+                continue
+            self.nonfinite_in_row = 0
             grad_norms.append(float(grad_norm))
             self.optimizer.step()
         metrics["lr"] = self.scheduler.get_last_lr()[0]
-        self.scheduler.step()
+        if grad_norms:  # the schedule counts optimizer steps: none ran when every one was skipped
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         model.eval()
         self.policy.sync_generator()
@@ -212,6 +229,21 @@ class PolicyTrainer:
         metrics["tokens_trained"] = sum(sum(x.loss_mask[1:]) for x in samples)
         metrics.update(totals.means())
         return metrics
+
+    def _skip_nonfinite_update(self, grad_norm: float) -> None:
+        """Drop this optimizer step's gradient; stop the run after too many in a row."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.nonfinite_in_row += 1
+        limit = self.settings.max_nonfinite_updates
+        get_logger().warning(
+            "non-finite gradient: optimizer step skipped", grad_norm=grad_norm, in_a_row=self.nonfinite_in_row
+        )
+        if self.nonfinite_in_row >= limit:
+            raise AstunerError(
+                f"The loss or gradient was NaN or infinite in {limit} optimizer steps in a row "
+                f"(torch.max_nonfinite_updates); the run stops before the weights are harmed. Look for "
+                "non-finite log-probs or rewards in the last steps' records, or lower the learning rate."
+            )
 
     def _carries_gradient(self, sample: Sample) -> bool:
         """False when the sample's loss is 0 at any weights: advantage 0 on all trained tokens, no KL."""
