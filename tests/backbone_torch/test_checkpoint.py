@@ -16,7 +16,7 @@ from astuner_backbone_torch.checkpoint import (  # noqa: E402
 )
 
 from astuner.config import load_config  # noqa: E402
-from astuner.errors import ConfigError  # noqa: E402
+from astuner.errors import AstunerError, ConfigError  # noqa: E402
 
 
 def _save(root: Path, step: int, marker: str = "m") -> Path:
@@ -85,3 +85,28 @@ def test_rng_state_round_trips() -> None:
     first = torch.rand(3)
     set_rng_state(state)
     assert torch.equal(torch.rand(3), first)
+
+
+class _RunsCode:
+    """A pickle payload: unpickling it would call os.system."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_resuming_never_unpickles_code(tmp_path: Path) -> None:
+    path = _save(tmp_path / "checkpoints", 1)
+    ckpt = read_checkpoint(path)
+    assert ckpt is not None
+    state = ckpt.tensors()  # what astuner writes loads under weights_only=True
+    set_rng_state(state["rng"])
+    marker = tmp_path / "pwned"
+    torch.save({"rng": _RunsCode(marker)}, path / "trainer_state.pt")
+    with pytest.raises(AstunerError, match=r"Cannot read the trainer state '.*trainer_state.pt'"):
+        ckpt.tensors()
+    assert not marker.exists()

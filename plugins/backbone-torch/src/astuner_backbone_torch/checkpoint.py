@@ -42,12 +42,31 @@ class Checkpoint:
     state: dict[str, Any]
 
     def tensors(self) -> dict[str, Any]:
-        """Optimizer, scheduler and RNG states (`trainer_state.pt`)."""
-        return torch.load(self.path / STATE_PT, map_location="cpu", weights_only=False)
+        """Optimizer, scheduler and RNG states (`trainer_state.pt`).
+
+        Read with `weights_only=True`: the file holds tensors, numbers,
+        strings and containers only, so a crafted pickle cannot run code
+        when a run resumes from a folder someone else wrote.
+        """
+        path = self.path / STATE_PT
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:
+            raise AstunerError(
+                f"Cannot read the trainer state '{path}': {type(exc).__name__}: {exc}. It holds only tensors "
+                "and plain values when astuner writes it; resume from another checkpoint, or start fresh "
+                "(trainer_common.resume: disable)."
+            ) from exc
 
 
 def rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Every RNG's state as tensors and plain values (loadable with `weights_only=True`)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)),
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -55,7 +74,8 @@ def rng_state() -> dict[str, Any]:
 
 def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
