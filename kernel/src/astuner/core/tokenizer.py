@@ -14,12 +14,16 @@ and the ids that end a generation.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
+import re
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from tokenizers import Tokenizer
 
 from astuner.cache import build_once, cache_dir
 from astuner.core.chat import ChatTemplate, Message
@@ -41,6 +45,15 @@ _END_OF_TURN_CANDIDATES = (
     "<|endoftext|>",
     "</s>",
 )
+
+
+LITERAL_START, LITERAL_END = "\ue000", "\ue001"
+_LITERAL = re.compile(f"{LITERAL_START}[0-9a-f]{{16}}{LITERAL_END}")
+
+
+def literal_placeholder(content: str) -> str:
+    """A stand-in for `content` while a template renders: private-use characters around a digest."""
+    return f"{LITERAL_START}{hashlib.sha1(content.encode()).hexdigest()[:16]}{LITERAL_END}"
 
 
 class ChatTokenizer:
@@ -67,6 +80,8 @@ class ChatTokenizer:
         vocab = self._backend.get_vocab(with_added_tokens=True)
         added = self._backend.get_added_tokens_decoder()
         self.special_token_ids: frozenset[int] = frozenset(i for i, tok in added.items() if tok.special)
+        self._special_texts = tuple(tok.content for tok in added.values() if tok.special)
+        self._literal_backend: Any = None
         self.end_of_turn, self.end_of_turn_id = self._find_end_of_turn(vocab)
         self._suffixes: dict[str, str | None] = {}
         stops = {self.end_of_turn_id}
@@ -127,9 +142,40 @@ class ChatTokenizer:
                     suffixes.add(full[len(bare) :])
         return suffixes.pop() if len(suffixes) == 1 else None
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of `text`, no special tokens added (special-token text is still parsed)."""
-        return self._backend.encode(text, add_special_tokens=False).ids
+    def encode(self, text: str, literals: Mapping[str, str] | None = None) -> list[int]:
+        """Token ids of `text`, no special tokens added (special-token text is still parsed).
+
+        `literals` maps placeholders (see `literal_placeholder`) in `text` to
+        the message contents they stand for: those are encoded with
+        special-token text as plain text, so a tool result that says
+        `<|im_start|>` cannot open a chat turn.
+        """
+        if not literals or LITERAL_START not in text:
+            return self._backend.encode(text, add_special_tokens=False).ids
+        ids: list[int] = []
+        pos = 0
+        for match in _LITERAL.finditer(text):
+            content = literals.get(match.group())
+            if content is None:
+                continue
+            ids += self._backend.encode(text[pos : match.start()], add_special_tokens=False).ids
+            ids += self.encode_literal(content)
+            pos = match.end()
+        return ids + self._backend.encode(text[pos:], add_special_tokens=False).ids
+
+    def encode_literal(self, text: str) -> list[int]:
+        """Token ids of `text` with any special-token text in it encoded as ordinary text."""
+        if not self.has_special_text(text):
+            return self._backend.encode(text, add_special_tokens=False).ids
+        if self._literal_backend is None:
+            # A copy with the switch on, so no other caller of the shared backend ever sees it set.
+            self._literal_backend = Tokenizer.from_str(self._backend.to_str())
+            self._literal_backend.encode_special_tokens = True
+        return self._literal_backend.encode(text, add_special_tokens=False).ids
+
+    def has_special_text(self, text: str) -> bool:
+        """Whether `text` spells out a special token (`<|im_start|>`, `<|endoftext|>`, ...)."""
+        return any(special in text for special in self._special_texts)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of `ids`, special tokens kept, so nothing the model wrote is hidden."""

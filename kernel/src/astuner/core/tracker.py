@@ -45,7 +45,7 @@ from typing import Any, Literal
 
 from astuner.core.chat import Message, normalize_messages
 from astuner.core.madness import MadnessMonitor
-from astuner.core.tokenizer import ChatTokenizer
+from astuner.core.tokenizer import ChatTokenizer, literal_placeholder
 from astuner.core.toolcalls import get_tool_parser
 from astuner.core.trajectory import LLMCall, PromptSource, TrackerStats, Trajectory
 
@@ -120,6 +120,7 @@ class ContextTracker:
         self._gen_suffix = tokenizer.generation_suffix(**self._template_kwargs)
         self._contexts: dict[str, _Context] = {}
         self._clipped: dict[str, str] = {}
+        self._literals: dict[str, str] = {}  # placeholder -> a message content that spells out special tokens
         self.calls: list[LLMCall] = []
         self.stats = TrackerStats()
         self.context_overflow = False
@@ -154,7 +155,7 @@ class ContextTracker:
                 ids, source = ctx.ids + delta, "cumulative"
         if ids is None:
             text = text or self._render(msgs, tool_list, True)
-            ids = self.tokenizer.encode(text)
+            ids = self.tokenizer.encode(text, self._literals)
         prep = self._prepared(agent_name, msgs, tool_list, ids, source, t0, None)
         prep.rendered = text
         if continues and source != "cumulative":
@@ -195,7 +196,21 @@ class ContextTracker:
         )
 
     def _render(self, msgs: Sequence[Message], tools: list[dict[str, Any]] | None, gen: bool) -> str:
-        return self.tokenizer.render(msgs, tools, add_generation_prompt=gen, **self._template_kwargs)
+        """The template over `msgs`; a content that spells out a special token renders as a placeholder.
+
+        `encode` puts such a content back as plain text (see `ChatTokenizer.encode`):
+        only the template itself writes control tokens, never a message.
+        """
+        masked = [self._masked(m) for m in msgs]
+        return self.tokenizer.render(masked, tools, add_generation_prompt=gen, **self._template_kwargs)
+
+    def _masked(self, msg: Message) -> Message:
+        content = msg.get("content")
+        if not isinstance(content, str) or not self.tokenizer.has_special_text(content):
+            return msg
+        placeholder = literal_placeholder(content)
+        self._literals[placeholder] = content
+        return {**msg, "content": placeholder}
 
     @staticmethod
     def _continues(ctx: _Context, msgs: list[Message], tools: list[dict[str, Any]] | None) -> bool:
@@ -228,7 +243,7 @@ class ContextTracker:
         cut = rest.find(eot)
         if cut < 0:
             return None
-        delta = self.tokenizer.encode(rest[cut + len(eot) :])
+        delta = self.tokenizer.encode(rest[cut + len(eot) :], self._literals)
         # A reply cut off by the length budget never wrote its end-of-turn token:
         # the template closes the turn, so the token is a prompt token here.
         return delta if ctx.closed else [self.tokenizer.end_of_turn_id, *delta]
@@ -244,7 +259,7 @@ class ContextTracker:
             return msg
         clipped = self._clipped.get(content)
         if clipped is None:
-            ids = self.tokenizer.encode(content)
+            ids = self.tokenizer.encode_literal(content)
             if len(ids) <= limit:
                 clipped = content
             else:
