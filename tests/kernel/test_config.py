@@ -127,3 +127,10 @@ def test_plugin_blocks_are_checked_and_validated(write_config, plugins) -> None:
     bad = load_config(write_config({"task_reader": {"arith": {"difficulty": "extreme"}}}), environ={})
     with pytest.raises(ConfigError, match=r"Invalid value for 'task_reader.arith.difficulty'.*'extreme'"):
         build_reader(bad, plugins)
+
+
+def test_a_config_that_is_not_utf8_names_file_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"astuner:\n  project_name: caf\xe9\n")
+    with pytest.raises(ConfigError, match=r"latin1.yaml' is not UTF-8 text: byte 0xe9 at line 2, column 20"):
+        load_config(path, environ={})

@@ -1,9 +1,12 @@
+import importlib.metadata
 from types import SimpleNamespace
 
 import pytest
 from pydantic import BaseModel
+from typer.testing import CliRunner
 
 from astuner import hookimpl
+from astuner.cli import make_app
 from astuner.errors import PluginError
 from astuner.plugins import NotReady, Plugins, resolve_import_string
 
@@ -55,6 +58,20 @@ def test_a_name_registered_twice_names_both_plugins(plugins: Plugins) -> None:
         PluginError, match=r"'exact' is registered by two plugins: 'exact_judge' and 'impostor'"
     ):
         plugins.get("reader", "arith")
+    impostor = {i.name: i for i in plugins.infos()}["impostor"]  # `plugins list` shows it, not "ok"
+    assert impostor.status == "conflict" and "'exact' is registered by two plugins" in impostor.error
+
+
+def test_a_plugin_that_exits_while_importing_is_marked_broken(tmp_path, monkeypatch) -> None:
+    (tmp_path / "exiting_plugin.py").write_text("import sys\nsys.exit('no GPU found')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    entry = importlib.metadata.EntryPoint(name="exiting", value="exiting_plugin", group="astuner")
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group=None: [entry])
+    plugins = Plugins()
+    info = {i.name: i for i in plugins.infos()}["exiting"]
+    assert info.status == "import error" and info.error == "SystemExit: no GPU found"
+    result = CliRunner().invoke(make_app(plugins), ["--help"])
+    assert result.exit_code == 0 and "plugins" in result.output
 
 
 def test_a_hook_that_raises_marks_only_that_plugin_broken(plugins: Plugins) -> None:

@@ -504,8 +504,18 @@ def _read_config_file(path: Path) -> tuple[dict[str, Any], list[str]]:
         raise ConfigError(f"Config file '{path}' does not exist. Pass an existing YAML file to --conf.")
     if path.is_dir():
         raise ConfigError(f"Config path '{path}' is a folder; pass a YAML file to --conf.")
+    data = path.read_bytes()
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ConfigError(
+            f"Config file '{path}' is not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line}, column "
+            f"{column}. Save it as UTF-8."
+        ) from exc
+    try:
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -104,6 +104,11 @@ class PluginInfo:
         }
 
 
+# What a plugin may raise while it loads or registers without taking the CLI down:
+# everything but the user's Ctrl-C (KeyboardInterrupt) and interpreter shutdown.
+PLUGIN_FAULTS = (Exception, SystemExit)
+
+
 def is_import_string(name: str) -> bool:
     """`pkg.mod->Name` (the seeds' form) or `pkg.mod:Name`."""
     return "->" in name or ":" in name
@@ -246,7 +251,7 @@ class Plugins:
             version = ep.dist.version if ep.dist else None
             try:
                 plugin = ep.load()
-            except Exception as exc:  # a broken plugin must not take the CLI down
+            except PLUGIN_FAULTS as exc:  # a broken plugin must not take the CLI down, even by sys.exit()
                 info = PluginInfo(name=ep.name, distribution=dist, version=version)
                 self._infos[ep.name] = info
                 self._mark_broken(info, "import error", f"{type(exc).__name__}: {exc}")
@@ -309,7 +314,7 @@ class Plugins:
         for impl in self.pm.hook.register_commands.get_hookimpls():
             try:
                 impl.function(cli=cli)
-            except Exception as exc:
+            except PLUGIN_FAULTS as exc:
                 info = self._infos[impl.plugin_name]
                 self._mark_broken(info, "hook error", f"register_commands: {type(exc).__name__}: {exc}")
 
@@ -325,16 +330,19 @@ class Plugins:
                     for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
                         if impl.plugin is plugin:
                             impl.function(register=_register_into(staged, kind, plugin_name))
-            except Exception as exc:
+            except PLUGIN_FAULTS as exc:
                 self._mark_broken(info, "hook error", f"{type(exc).__name__}: {exc}")
                 continue
             for reg in staged:
                 existing = registries[reg.kind].get(reg.name)
                 if existing is not None:
-                    self._conflicts.append(
+                    conflict = (
                         f"The {reg.kind.replace('_', ' ')} name '{reg.name}' is registered "
                         f"by two plugins: '{existing.plugin}' and '{reg.plugin}'."
                     )
+                    self._conflicts.append(conflict)
+                    # `plugins list` shows it too: the later plugin's registration is not used.
+                    info.status, info.error = "conflict", conflict
                     continue
                 registries[reg.kind][reg.name] = reg
                 info.provides.append(f"{reg.kind}:{reg.name}")
@@ -356,7 +364,7 @@ def _apply_readiness(plugin: Any, info: PluginInfo) -> None:
         return
     try:
         verdict = check()
-    except Exception as exc:  # a faulty check must not take the CLI down either
+    except PLUGIN_FAULTS as exc:  # a faulty check must not take the CLI down either
         verdict = NotReady("readiness check failed", f"{type(exc).__name__}: {exc}")
     if isinstance(verdict, NotReady):
         info.status, info.error = verdict.status, verdict.hint

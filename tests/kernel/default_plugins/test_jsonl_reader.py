@@ -43,3 +43,10 @@ def test_unset_split_and_missing_file_are_explained(tmp_path: Path) -> None:
         list(reader.read("validation"))
     with pytest.raises(ConfigError, match=r"nope\.jsonl' does not exist"):
         list(reader.read("train"))
+
+
+def test_bytes_that_are_not_utf8_name_file_line_and_column(tmp_path: Path) -> None:
+    f = tmp_path / "t.jsonl"
+    f.write_bytes(b'{"question": "a", "answer": "1"}\n{"question": "caf\xe9", "answer": "2"}\n')
+    with pytest.raises(ConfigError, match=r"t.jsonl, line 2: not UTF-8 text \(byte 0xe9 at column 18\)"):
+        list(JsonlReader(JsonlReaderSettings(training_file=f)).read("train"))

@@ -43,8 +43,15 @@ class JsonlReader:
             )
         if not path.is_file():
             raise ConfigError(f"task_reader.jsonl.{key}: file '{path}' does not exist.")
-        with path.open(encoding="utf-8") as lines:
-            for lineno, line in enumerate(lines, start=1):
+        with path.open("rb") as lines:
+            for lineno, raw in enumerate(lines, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise ConfigError(
+                        f"{path}, line {lineno}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column "
+                        f"{exc.start + 1}). Save the file as UTF-8."
+                    ) from exc
                 if not line.strip():
                     continue
                 yield self._task(path, lineno, line, split)
