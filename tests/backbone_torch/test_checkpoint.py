@@ -1,5 +1,6 @@
 """Checkpoints: written atomically, found by resume=auto, refused when incomplete."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -72,7 +73,10 @@ def test_latest_checkpoint_skips_half_written_folders_across_runs(tmp_path: Path
             "trainer_common.resume=auto",
         ],
     )
+    (experiment / "run2" / "checkpoints" / ".old-step_4").mkdir()  # killed while replacing step 4
     assert resume_from(config).step == 4
+    left = sorted(p.name for p in (experiment / "run2" / "checkpoints").iterdir())
+    assert left == ["step_4", "step_6"]  # the partial saves are gone; a folder named like a step stays
     config.trainer_common.resume = "disable"
     assert resume_from(config) is None
     config.trainer_common.resume = str(half)
@@ -110,3 +114,16 @@ def test_resuming_never_unpickles_code(tmp_path: Path) -> None:
     with pytest.raises(AstunerError, match=r"Cannot read the trainer state '.*trainer_state.pt'"):
         ckpt.tensors()
     assert not marker.exists()
+
+
+def test_corrupt_weights_name_the_folder(tmp_path: Path, tiny_model_dir: Path) -> None:
+    from astuner_backbone_torch.policy import Policy
+    from astuner_backbone_torch.settings import TorchSettings
+
+    broken = tmp_path / "step_3"
+    shutil.copytree(tiny_model_dir, broken)
+    weights_file = broken / "model.safetensors"
+    weights_file.write_bytes(weights_file.read_bytes()[:100])  # truncated, as by a full disk
+    config = load_config(None, [f"model.path={tiny_model_dir}"], environ={})
+    with pytest.raises(AstunerError, match=rf"Cannot load the model weights in '{broken}'"):
+        Policy.load(config, TorchSettings(), need_reference=False, weights=broken)

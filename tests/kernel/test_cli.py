@@ -121,6 +121,11 @@ def test_data_preview_arith_and_jsonl(plugins: Plugins, write_config, workdir: P
         ({}, ["--backbone", "nope"], "No backbone named 'nope'. Installed: debug, recorder."),
         ({"task_judge": {"judge_protocol": "exakt"}}, ["--backbone", "recorder"], "Did you mean 'exact'?"),
         (
+            {"rollout": {"agentscope_workflow": "missing_flow_mod->Flow"}},
+            ["--backbone", "recorder"],
+            "Cannot import module 'missing_flow_mod'",
+        ),
+        (
             {"task_judge": {"judge_protocol": "missing_mod->Judge"}},
             ["--backbone", "recorder"],
             "Cannot import module 'missing_mod'",
@@ -137,6 +142,7 @@ def test_bad_input_is_one_paragraph_without_traceback(
     assert "Traceback" not in result.output
     assert result.stderr.strip().startswith("error:")
     assert RecordingBackbone.runs == []
+    assert not Path("launcher_record").exists()  # a rejected config leaves no run folder behind
 
 
 def test_missing_config_file(plugins: Plugins, workdir: Path) -> None:

@@ -49,6 +49,8 @@ def prepare_run(config: AstunerConfig, plugins: Plugins, *, verbose: bool = Fals
     """Validate what the run will build, then make its folder; nothing is created for a bad config."""
     for kind, name in (("reader", config.task_reader.type), ("judge", config.task_judge.judge_protocol)):
         plugin_settings(config, plugins.get(kind, name, config.search_paths()))
+    if config.rollout.agentscope_workflow:  # a misspelled workflow must fail before the run folder exists
+        plugins.get("workflow", config.rollout.agentscope_workflow, config.search_paths())
     backbone = build_backbone(config, plugins)
     experiment = ExperimentDir.create(config)
     configure_logging(verbose=verbose, log_file=experiment.log_file)

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from astuner import JudgeOutput, Task, WorkflowOutput
+from astuner import JudgeOutput, Task, Workflow, WorkflowOutput
 from astuner.errors import ConfigError
 from astuner.rollout.engine import SamplingParams
 from astuner.rollout.judging import AdaptedJudge
@@ -63,3 +63,13 @@ def test_wrong_signatures_are_explained() -> None:
 
     with pytest.raises(ConfigError, match="Missing: response"):
         AdaptedJudge(bad_judge, "bad_judge")
+
+
+def test_a_workflow_that_raises_while_being_created_says_so() -> None:
+    class Fragile(Workflow):
+        def __init__(self) -> None:
+            raise RuntimeError("no API key in the environment")
+
+    expected = r"The workflow 'x' raised while it was being created \(Fragile\(\)\): RuntimeError: no API key"
+    with pytest.raises(ConfigError, match=expected):
+        adapt_workflow(Fragile, "'x'")

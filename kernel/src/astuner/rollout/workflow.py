@@ -126,6 +126,11 @@ def adapt_workflow(obj: Any, where: str) -> LoadedWorkflow:
             obj = obj()
         except TypeError as exc:
             raise ConfigError(f"Cannot create the workflow {where} with no arguments: {exc}") from exc
+        except Exception as exc:
+            raise ConfigError(
+                f"The workflow {where} raised while it was being created ({obj.__name__}()): "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
     method = getattr(obj, "execute", None)
     if getattr(type(obj), "execute", None) is Workflow.execute or method is None:
         method = getattr(obj, "agentscope_execute", None) or method  # the seeds' name for it

@@ -31,6 +31,7 @@ from astuner.errors import AstunerError, ConfigError
 STATE_JSON = "trainer_state.json"
 STATE_PT = "trainer_state.pt"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+_PARTIAL_DIR = re.compile(r"^(\.step_\d+-.+|\.old-step_\d+)$")
 
 
 @dataclass
@@ -150,8 +151,27 @@ def latest_checkpoint(experiment_root: Path) -> Checkpoint | None:
     return max(found, key=lambda c: (c.step, (c.path / STATE_JSON).stat().st_mtime_ns))
 
 
+def remove_partial_saves(checkpoints: Path) -> list[Path]:
+    """Delete what a save killed midway left in a checkpoints folder (`.step_N-*`, `.old-step_N`)."""
+    partial = [p for p in checkpoints.glob(".*step_*") if p.is_dir() and _PARTIAL_DIR.match(p.name)]
+    for folder in partial:
+        shutil.rmtree(folder, ignore_errors=True)
+    return partial
+
+
 def resume_from(config: AstunerConfig) -> Checkpoint | None:
-    """What `trainer_common.resume` asks for: nothing, the latest checkpoint, or a given folder."""
+    """What `trainer_common.resume` asks for: nothing, the latest checkpoint, or a given folder.
+
+    The folder a resumed checkpoint sits in is cleared of partial saves: a
+    run killed while saving leaves its temporary folder behind.
+    """
+    ckpt = _resume_target(config)
+    if ckpt is not None:
+        remove_partial_saves(ckpt.path.parent)
+    return ckpt
+
+
+def _resume_target(config: AstunerConfig) -> Checkpoint | None:
     resume = config.trainer_common.resume
     if resume == "disable":
         return None

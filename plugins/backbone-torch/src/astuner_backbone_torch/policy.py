@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from astuner.config import AstunerConfig
-from astuner.errors import ConfigError
+from astuner.errors import AstunerError, ConfigError
 from astuner_backbone_torch.models import resolve_model_dir
 from astuner_backbone_torch.settings import DType, TorchSettings
 
@@ -83,9 +83,11 @@ class Policy:
         base_dir = resolve_model_dir(config.model.path)
         lora = config.model.lora.rank > 0
         source = base_dir if (weights is None or lora) else str(weights)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+        with _naming(source):
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
         if lora:
-            model = _with_lora(model, config, weights)
+            with _naming(weights or base_dir):
+                model = _with_lora(model, config, weights)
         model.to(device)
         if settings.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -135,6 +137,20 @@ class Policy:
         """The weights (or the LoRA adapter) and the tokenizer, in HuggingFace format."""
         self.model.save_pretrained(str(folder))
         self.tokenizer.save_pretrained(str(folder))
+
+
+@contextlib.contextmanager
+def _naming(folder: str | Path) -> Iterator[None]:
+    """Errors while reading weights name the folder they came from (a corrupt file says only 'header')."""
+    try:
+        yield
+    except (AstunerError, ImportError):
+        raise
+    except Exception as exc:
+        raise AstunerError(
+            f"Cannot load the model weights in '{folder}': {type(exc).__name__}: {exc}. If it is a "
+            "checkpoint, its files may be truncated or corrupt: resume from an earlier checkpoint."
+        ) from exc
 
 
 def _with_lora(model: Any, config: AstunerConfig, weights: Path | None) -> Any:
