@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -111,3 +112,29 @@ def test_with_appworld_runs_the_script_and_stops_its_children(tmp_path: Path) ->
         profile = httpx.post(f"http://127.0.0.1:{port}/get_env_profile", json={"env_type": "guess_number"})
         assert json.loads(profile.text)["data"][0] == "train-0000"
     assert not alive(child)
+
+
+def test_a_companion_stops_when_its_run_is_killed(tmp_path: Path) -> None:
+    """`kill -9` of the run: the kernel sends the companion SIGTERM (PR_SET_PDEATHSIG)."""
+    port = free_port()
+    run = (
+        "import sys, time\n"
+        "from astuner.companions import env_service_companion\n"
+        "from astuner.config import load_config\n"
+        f"config = load_config({str(EXAMPLE)!r}, ['task_reader.env_service.env_url=http://127.0.0.1:{port}'])\n"
+        "companion = env_service_companion(config, 'guess_number').start()\n"
+        "print(companion.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", run], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        assert alive(child) and httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+        parent.kill()  # SIGKILL: no exit path of the run's own runs
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while alive(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(child)
+    finally:
+        parent.kill()

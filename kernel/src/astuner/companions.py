@@ -12,13 +12,14 @@ script, and never touches a process by name.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -80,6 +81,7 @@ class Companion:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                preexec_fn=stop_with_parent(),
             )
         except OSError as exc:
             raise AstunerError(f"Cannot start {self.name} ({' '.join(self.argv)}): {exc}") from exc
@@ -145,6 +147,30 @@ class Companion:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def stop_with_parent() -> Callable[[], None] | None:
+    """A `preexec_fn` that has the kernel send the child SIGTERM when this process dies (Linux).
+
+    A companion outlives a `kill -9` of its run otherwise, holding its port.
+    `PR_SET_PDEATHSIG` fires when the thread that started the child exits,
+    so companions are started from the run's main thread. Elsewhere (macOS)
+    None: the run's own exit path stops them, a SIGKILL does not.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    parent = os.getpid()
+
+    def arm() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os._exit(1)
+
+    return arm
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 def _group_alive(leader: subprocess.Popen[bytes]) -> bool:

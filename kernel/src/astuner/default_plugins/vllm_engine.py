@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from astuner.companions import stop_with_parent
 from astuner.errors import AstunerError
 from astuner.hookspecs import Register, hookimpl
 from astuner.rollout.engine import Generation, SamplingParams
@@ -54,7 +55,9 @@ class VllmServer:
     def __init__(self, command: list[str], url: str, log_file: Path | None) -> None:
         self.command, self.url = command, url
         self._log = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115
-        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            command, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=stop_with_parent()
+        )
 
     def wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
