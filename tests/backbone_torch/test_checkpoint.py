@@ -127,3 +127,30 @@ def test_corrupt_weights_name_the_folder(tmp_path: Path, tiny_model_dir: Path) -
     config = load_config(None, [f"model.path={tiny_model_dir}"], environ={})
     with pytest.raises(AstunerError, match=rf"Cannot load the model weights in '{broken}'"):
         Policy.load(config, TorchSettings(), need_reference=False, weights=broken)
+
+
+def test_a_save_the_disk_cannot_hold_is_refused_before_it_starts(tmp_path: Path, monkeypatch) -> None:
+    from astuner_backbone_torch import checkpoint
+
+    weights = [torch.zeros(1024, 256)]  # 1 MiB of float32
+    needed = checkpoint.checkpoint_bytes(weights + weights, weights)  # a tied copy counts once
+    assert needed == 3 << 20  # the weights, and AdamW's two moments
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda path: usage._replace(free=18 << 20))
+    root = tmp_path / "run" / "checkpoints"
+    with pytest.raises(AstunerError, match=rf"in '{root}': it needs about 19 MB, 18 MB is free"):
+        checkpoint.ensure_space(root, needed)
+    assert not root.exists()
+    checkpoint.ensure_space(root, 1 << 20)
+
+
+def test_keep_last_checkpoints_prunes_the_oldest_complete_ones(tmp_path: Path) -> None:
+    from astuner_backbone_torch.checkpoint import prune_checkpoints
+
+    root = tmp_path / "checkpoints"
+    for step in (1, 2, 3, 4):
+        _save(root, step)
+    assert prune_checkpoints(root, None) == []
+    removed = prune_checkpoints(root, 2)
+    assert [p.name for p in removed] == ["step_1", "step_2"]
+    assert sorted(p.name for p in root.iterdir()) == ["step_3", "step_4"]

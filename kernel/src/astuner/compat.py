@@ -75,6 +75,7 @@ READ_BY = {
     "data.max_prompt_length": ("verl", "trinity"),
     "data.max_response_length": ("verl", "trinity"),
     "trainer_common": TRAINERS,
+    "trainer_common.keep_last_checkpoints": ("torch",),
     "trainer_common.nnodes": ("verl", "trinity"),
     "trainer_common.n_gpus_per_node": ("verl", "trinity"),
     "trainer_common.fsdp_config": ("verl",),

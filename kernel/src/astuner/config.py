@@ -183,6 +183,9 @@ class TrainerCommonConfig(Section):
     )
     ulysses_sequence_parallel_size: int = Field(1, ge=1)
     resume: str = Field("disable", description="disable, auto, or a checkpoint folder.")
+    keep_last_checkpoints: int | None = Field(
+        None, ge=1, description="Keep the newest N checkpoints of a run (backbone torch); None keeps all."
+    )
     seed: int = 42
 
     @field_validator("logger", mode="before")

@@ -35,7 +35,7 @@ from astuner.errors import AstunerError
 from astuner.logs import get_logger, log_to_file
 from astuner.plugins import Plugins
 from astuner.protocols import Split
-from astuner.record import ExperimentDir, append_trajectories
+from astuner.record import ExperimentDir, append_lines, append_trajectories
 from astuner.rollout.engine import SamplingParams
 from astuner.rollout.stack import rollout_stack
 
@@ -137,8 +137,7 @@ def run_eval(config: AstunerConfig, plugins: Plugins, options: EvalOptions) -> E
     append_trajectories(experiment.rollouts / ROLLOUT_FILE, trajectories)
     metrics = eval_metrics(trajectories, options.n_samples)
     step = checkpoint_step(options.checkpoint)
-    with experiment.metrics_file.open("a", encoding="utf-8") as out:
-        out.write(json.dumps({"step": step, **metrics}) + "\n")
+    append_lines(experiment.metrics_file, [json.dumps({"step": step, **metrics})])
     summary = {
         "config": str(config.source) if config.source else None,
         "model": config.model.path,

@@ -15,6 +15,7 @@ import yaml
 
 from astuner.config import AstunerConfig
 from astuner.core.trajectory import Trajectory
+from astuner.errors import AstunerError
 
 
 @dataclass(frozen=True)
@@ -61,16 +62,36 @@ class ExperimentDir:
         return experiment
 
 
-def append_trajectories(path: Path, trajectories: Iterable[Trajectory]) -> int:
-    """Append trajectories as JSON lines, flushed, and return how many were written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def append_lines(path: Path, lines: Iterable[str]) -> int:
+    """Append JSON lines to `path`, each whole or not at all; flushed. Returns how many were written.
+
+    A write that fails midway (a full disk) is cut back to the last whole
+    line, and the error names the file: readers never see half a record.
+    """
     count = 0
-    with path.open("a", encoding="utf-8") as out:
-        for trajectory in trajectories:
-            out.write(trajectory.model_dump_json() + "\n")
-            count += 1
-        out.flush()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("ab") as out:
+            for line in lines:
+                whole = out.tell()
+                try:
+                    out.write(line.encode("utf-8") + b"\n")
+                    out.flush()
+                except OSError:
+                    out.truncate(whole)
+                    raise
+                count += 1
+    except OSError as exc:
+        raise AstunerError(
+            f"Cannot write records to '{path}': {exc.strerror or exc}. {count} new line(s) were written; "
+            "the file holds only whole lines. Free space (or fix the permissions) and resume the run."
+        ) from exc
     return count
+
+
+def append_trajectories(path: Path, trajectories: Iterable[Trajectory]) -> int:
+    """Append trajectories as JSON lines, each whole or not at all; returns how many were written."""
+    return append_lines(path, (trajectory.model_dump_json() for trajectory in trajectories))
 
 
 def read_trajectories(path: Path) -> list[Trajectory]:

@@ -33,7 +33,10 @@ from astuner.rollout.runner import RolloutRunner
 from astuner.rollout.stack import rollout_stack, sampling_from_config
 from astuner_backbone_torch.checkpoint import (
     Checkpoint,
+    checkpoint_bytes,
     ensure_finite,
+    ensure_space,
+    prune_checkpoints,
     resume_from,
     rng_state,
     save_checkpoint,
@@ -129,6 +132,8 @@ class TorchBackbone:
             config, settings.logprob_chunk, settings.skip_zero_advantage, settings.max_nonfinite_updates
         )
         trainer = PolicyTrainer(policy, update_settings)
+        if t.save_freq <= total:  # before any work: the disk must hold at least one checkpoint
+            ensure_space(experiment.checkpoints, _checkpoint_size(policy))
         start = 0
         if checkpoint is not None:
             start = self._restore(checkpoint, trainer, stream)
@@ -213,6 +218,7 @@ class TorchBackbone:
         config: AstunerConfig,
     ) -> None:
         ensure_finite(policy.trainable_parameters(), step)
+        ensure_space(root, _checkpoint_size(policy))
         save_checkpoint(
             root,
             step,
@@ -225,6 +231,7 @@ class TorchBackbone:
                 "experiment": config.experiment_name,
             },
         )
+        prune_checkpoints(root, config.trainer_common.keep_last_checkpoints)
 
     def _restore(self, checkpoint: Checkpoint, trainer: PolicyTrainer, stream: TaskStream) -> int:
         if checkpoint.state.get("lora") != trainer.policy.lora:
@@ -260,3 +267,10 @@ def _tasks(tasks: Any, split: str, config: AstunerConfig) -> list[Task]:
 def _brief(metrics: dict[str, float]) -> dict[str, float]:
     keep = ("reward_mean", "success_rate", "pass@", "actor/loss", "actor/kl", "grad_norm", "step_s")
     return {k: round(v, 4) for k, v in metrics.items() if any(part in k for part in keep)}
+
+
+def _checkpoint_size(policy: Policy) -> int:
+    """One checkpoint of this policy: the adapter alone with LoRA, else every weight."""
+    trainable = list(policy.trainable_parameters())
+    weights = trainable if policy.lora else list(policy.model.state_dict().values())
+    return checkpoint_bytes(weights, trainable)

@@ -93,6 +93,48 @@ def ensure_finite(parameters: Iterable[torch.Tensor], step: int) -> None:
         )
 
 
+def checkpoint_bytes(weights: Iterable[torch.Tensor], trainable: Iterable[torch.Tensor]) -> int:
+    """About how large one checkpoint is: the saved weights plus AdamW's two moments per trained value."""
+    seen: set[int] = set()
+    saved = 0
+    for tensor in weights:  # tied weights (embeddings and head) are one tensor, saved once
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            saved += tensor.numel() * tensor.element_size()
+    moments = 2 * sum(t.numel() * 4 for t in trainable)
+    return saved + moments
+
+
+def ensure_space(folder: Path, needed: int) -> None:
+    """Refuse to start a save (or a run) that the disk under `folder` cannot hold."""
+    probe = folder
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    wanted = int(needed * 1.1) + (16 << 20)  # the estimate, 10% and the small files on top
+    if free < wanted:
+        raise AstunerError(
+            f"Not enough disk space for a checkpoint in '{folder}': it needs about {_mb(wanted)}, "
+            f"{_mb(free)} is free. Free space there, keep fewer checkpoints "
+            "(trainer_common.keep_last_checkpoints), or move experiment_dir to a larger disk."
+        )
+
+
+def prune_checkpoints(root: Path, keep: int | None) -> list[Path]:
+    """Delete all but the newest `keep` complete checkpoints of this run (None keeps all)."""
+    if keep is None:
+        return []
+    steps = sorted((c for p in root.glob("step_*") if (c := read_checkpoint(p))), key=lambda c: c.step)
+    old = [c.path for c in steps[: max(0, len(steps) - keep)]]
+    for path in old:
+        shutil.rmtree(path, ignore_errors=True)
+    return old
+
+
+def _mb(n: int) -> str:
+    return f"{n / (1 << 20):,.0f} MB"
+
+
 def save_checkpoint(
     root: Path,
     step: int,

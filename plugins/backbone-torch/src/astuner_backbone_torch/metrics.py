@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from astuner.core.metrics import pass_at_k, rollout_metrics, scalar_reward, succeeded
+from astuner.record import append_lines
 
 __all__ = ["MetricsLog", "pass_at_k", "rollout_metrics", "scalar_reward", "succeeded"]
 
@@ -28,9 +29,7 @@ class MetricsLog:
 
     def write(self, step: int, metrics: dict[str, float]) -> None:
         record = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
-        with self.path.open("a", encoding="utf-8") as out:
-            out.write(json.dumps(record) + "\n")
-            out.flush()
+        append_lines(self.path, [json.dumps(record)])
         if self.writer is not None:
             for name, value in metrics.items():
                 self.writer.add_scalar(name, float(value), step)

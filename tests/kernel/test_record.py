@@ -1,0 +1,39 @@
+"""Records are appended line by line: a write that fails leaves only whole lines and names the file."""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from astuner.errors import AstunerError
+from astuner.record import append_lines
+
+
+class FillsUp(io.FileIO):
+    """A file on a disk that fills up during the third line: half of it lands, then ENOSPC."""
+
+    lines = 0
+
+    def write(self, data: bytes) -> int:
+        FillsUp.lines += 1
+        if FillsUp.lines == 3:
+            super().write(data[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return super().write(data)
+
+
+def test_a_full_disk_leaves_only_whole_lines_and_names_the_file(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "rollouts" / "step_1.jsonl"
+    append_lines(path, [json.dumps({"n": 0})])
+    FillsUp.lines = 0
+    monkeypatch.setattr(Path, "open", lambda self, mode="r", **kw: io.BufferedWriter(FillsUp(self, "a")))
+    expected = rf"Cannot write records to '{path}': No space left on device\. 2 new line"
+    with pytest.raises(AstunerError, match=expected):
+        append_lines(path, [json.dumps({"n": i, "pad": "x" * 100}) for i in range(1, 5)])
+    monkeypatch.undo()
+    lines = path.read_text().splitlines()
+    assert [json.loads(line)["n"] for line in lines] == [0, 1, 2]  # the half-written third line is gone
