@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from astuner.config import deep_merge
+from astuner.testing.cli import run_astuner
 
 SEEDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "seeds"
 GSM8K = SEEDS.parent / "data" / "gsm8k"
@@ -87,3 +88,11 @@ def leaves(node: dict[str, Any], prefix: str = "") -> list[str]:
         for key, value in node.items()
         for leaf in (leaves(value, f"{prefix}{key}.") if isinstance(value, dict) else [f"{prefix}{key}"])
     ]
+
+
+def run_seed(*args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
+    """`astuner ARGS` as the tutorial runs it; must exit 0 without a traceback. Returns stderr."""
+    result = run_astuner(*args, cwd=cwd, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    return result.stderr
