@@ -161,6 +161,12 @@ def test_seed_spelling_without_a_sub_command() -> None:
     ]
     assert normalise_argv(["--conf=x.yaml"]) == ["run", "--conf=x.yaml"]
     assert normalise_argv(["plugins", "list"]) == ["plugins", "list"]
+    # seed 004's launcher lines put other run options first
+    seed = ["--with-appworld", "--conf", "x.yaml", "--with-ray", "--backbone=trinity"]
+    assert normalise_argv(seed) == ["run", *seed]
+    assert normalise_argv(["--db=TAG1|TAG2", "--conf=x.yaml"]) == ["run", "--db=TAG1|TAG2", "--conf=x.yaml"]
+    for alone in (["--help"], ["--version"], ["--with-ray"]):
+        assert normalise_argv(alone) == alone
 
 
 def test_plugins_list_shows_brackets_in_errors_verbatim(plugins: Plugins) -> None:

@@ -134,3 +134,15 @@ def test_a_config_that_is_not_utf8_names_file_line_and_column(tmp_path: Path) ->
     path.write_bytes(b"astuner:\n  project_name: caf\xe9\n")
     with pytest.raises(ConfigError, match=r"latin1.yaml' is not UTF-8 text: byte 0xe9 at line 2, column 20"):
         load_config(path, environ={})
+
+
+def test_an_old_spelling_in_the_environment_is_read_once_and_renamed(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("astuner: {}\n")
+    monkeypatch.setenv("ASTUNER__ROLLOUT__AGENTSCOPE_LEARN_PROTOCOL", "flows->Flow")
+    monkeypatch.setenv("ASTUNER__ROLLOUT__TEMPERATURE", "0.3")
+    config = load_config(path, ["rollout.temperature=0.5"])
+    assert config.rollout.agentscope_workflow == "flows->Flow"
+    assert config.rollout.temperature == 0.5  # -o beats the environment
+    old = "ASTUNER__ROLLOUT__AGENTSCOPE_LEARN_PROTOCOL, alias of rollout.agentscope_learn_protocol"
+    assert config.origins.origin_of("rollout.agentscope_workflow") == f"env {old}"

@@ -248,12 +248,15 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
     return app
 
 
-_SEED_FLAGS = ("--conf", "-c", "--backbone", "-b", "-o", "--override")
+_ROOT_FLAGS = ("--help", "-h", "--version", "--verbose", "-v")
 
 
 def normalise_argv(argv: list[str]) -> list[str]:
-    """Accept the seeds' `astuner --conf X --backbone debug` as `astuner run ...`."""
-    if argv and any(argv[0] == f or argv[0].startswith(f + "=") for f in _SEED_FLAGS):
+    """Accept the seeds' launcher spelling, `astuner [--with-appworld] --conf X --backbone debug`,
+    as `astuner run ...`: options first, a `--conf` among them, and no sub-command."""
+    if not argv or not argv[0].startswith("-") or argv[0] in _ROOT_FLAGS:
+        return argv
+    if any(a in ("--conf", "-c") or a.startswith("--conf=") for a in argv):
         return ["run", *argv]
     return argv
 

@@ -280,6 +280,14 @@ class AstunerConfig(BaseSettings):
     _source: Path | None = PrivateAttr(None)
     _origins: ConfigOrigins | None = PrivateAttr(None)
 
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: Any, **sources: Any
+    ) -> tuple[Any, ...]:
+        # `load_config` reads the environment itself, as one layer translated from the
+        # tutorials' spellings; validation must not read it a second time, untranslated.
+        return (init_settings,)
+
     @field_validator("auxiliary_models")
     @classmethod
     def _auxiliary_names(cls, value: dict[str, AuxiliaryModelConfig]) -> dict[str, AuxiliaryModelConfig]:
@@ -460,7 +468,9 @@ class ConfigOrigins:
             name = self.source.name if self.source is not None else "file"
             return f"file {name}:{line}" if line else f"file {name}"
         if layer.kind == "env":
-            return "env " + ENV_PREFIX + "__".join(part.upper() for part in dotted.split("."))
+            old = layer.renamed.get(dotted, dotted)
+            key = dotted if ": " in old else old  # an import-string alias keeps the key's own name
+            return "env " + ENV_PREFIX + "__".join(part.upper() for part in key.split("."))
         return {
             "defaults": "tune() default",
             "arguments": "tune() argument",

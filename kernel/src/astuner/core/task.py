@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
 
 
 class Task(BaseModel):
@@ -91,13 +91,24 @@ class WorkflowOutput(BaseModel):
 
 
 class JudgeOutput(BaseModel):
-    """A judge's verdict on one run."""
+    """A judge's verdict on one run.
+
+    `is_success` left out means: a positive reward (summed over steps) is a
+    success, as AgentScope Tuner's `JudgeOutput(reward=...)` implies.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     reward: float | list[float]
-    is_success: bool = False
+    is_success: bool = None  # type: ignore[assignment]  # always a bool after validation
     metrics: dict[str, float] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _success_from_reward(self) -> JudgeOutput:
+        if self.is_success is None:
+            total = sum(self.reward) if isinstance(self.reward, list) else self.reward
+            self.is_success = total > 0
+        return self
 
 
 class WorkflowTask(BaseModel):
