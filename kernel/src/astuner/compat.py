@@ -267,13 +267,12 @@ def _route_engine_keys(
     for name in list(node):
         value = node[name]
         dotted = f"{prefix}{name}"
-        if isinstance(value, dict) and dotted not in ("verl", "trinity"):
-            _route_engine_keys(value, backbone, where, result, prefix=f"{dotted}.")
-            continue
         engine = next(
             (e for p, e in ENGINE_PREFIXES.items() if isinstance(name, str) and name.startswith(p)), None
         )
         if engine is None:
+            if isinstance(value, dict) and dotted not in ("verl", "trinity"):
+                _route_engine_keys(value, backbone, where, result, prefix=f"{dotted}.")
             continue
         del node[name]
         key = name.split("__", 1)[1]
