@@ -255,3 +255,183 @@ def test_static_assets_are_served_from_the_package(serve, record_root: Path) -> 
         assert kind in response.headers["content-type"]
     html = get(viewer, "/").text
     assert "http://" not in html and "https://" not in html  # nothing loaded from elsewhere
+
+
+# ------------------------------------------------------------------ symlinks leading out of the root
+
+
+def outside_run(folder: Path, calc_run: Path) -> Path:
+    """A real run outside the viewer's root: config, rollouts, metrics, and a secret in `.ssh/`."""
+    run = folder / "20260101-000000"
+    shutil.copytree(calc_run, run)
+    config = (run / "config.yaml").read_text(encoding="utf-8")
+    (run / "config.yaml").write_text(config.replace("experiment_name: calc", "experiment_name: SECRET-exp"))
+    (run / ".ssh").mkdir()
+    (run / ".ssh" / "id_rsa").write_text("SECRET-KEY\n", encoding="utf-8")
+    (run / "metrics.jsonl").write_text('{"step": 1, "SECRET/metric": 1.0}\n', encoding="utf-8")
+    return run
+
+
+def assert_not_served(viewer, run: str, names: list[str]) -> None:
+    """Every route answers 404 for `run`, the same whether or not a name exists, and shows nothing of it."""
+    answers = [
+        get(viewer, "/api/trajectories", run=run),
+        get(viewer, "/api/trajectory", run=run, file="debug.jsonl", line=0),
+        get(viewer, "/api/metrics", run=run),
+        *(get(viewer, "/api/file", run=run, name=name) for name in names),
+    ]
+    for response in answers:
+        assert response.status_code == 404, (run, response.request.url, response.text)
+        assert "SECRET" not in response.text
+    missing = get(viewer, "/api/file", run=run, name="no-such-file")
+    for name, response in zip(names, answers[3:], strict=True):
+        assert response.text.replace(name, "no-such-file") == missing.text, "a 404 must not tell what exists"
+
+
+def test_a_symlinked_run_folder_leading_out_of_the_root_is_not_served(
+    serve, tmp_path: Path, calc_run: Path
+) -> None:
+    root = tmp_path / "root"
+    shutil.copytree(calc_run, root / "calc" / calc_run.name)
+    secret_run = outside_run(tmp_path / "outside", calc_run)
+    os.symlink(secret_run, root / "calc" / "linked-run")  # a run folder that is a link out
+    os.symlink(tmp_path / "outside", root / "linked-experiment")  # an experiment folder that is a link out
+    os.symlink(Path.home(), root / "calc" / "home")  # whatever lies there, nothing of it is served
+    viewer = serve(root)
+    runs = get(viewer, "/api/runs")
+    assert [r["id"] for r in runs.json()["runs"]] == [f"calc/{calc_run.name}"]
+    assert "SECRET" not in runs.text
+    names = [".ssh/id_rsa", "config.yaml", "metrics.jsonl", "rollouts/debug.jsonl"]
+    for run in ["calc/linked-run", f"linked-experiment/{secret_run.name}", "calc/home"]:
+        assert_not_served(viewer, run, names)
+    assert get(viewer, "/api/file", run="calc/home", name=".bashrc").status_code == 404
+    # The real run is untouched.
+    assert get(viewer, "/api/trajectories", run=f"calc/{calc_run.name}").json()["total"] == 2 * len(TASKS)
+
+
+def test_symlinked_files_inside_a_run_leading_out_of_the_root_are_not_served(
+    serve, tmp_path: Path, calc_run: Path
+) -> None:
+    root = tmp_path / "root"
+    run = root / "calc" / calc_run.name
+    shutil.copytree(calc_run, run)
+    secret_run = outside_run(tmp_path / "outside", calc_run)
+    shutil.copy(secret_run / "rollouts" / "debug.jsonl", secret_run / "rollouts" / "step_7.jsonl")
+    os.symlink(secret_run / ".ssh" / "id_rsa", run / "notes.txt")
+    os.symlink(secret_run / ".ssh", run / "ssh")  # a folder inside the run that is a link out
+    os.symlink(secret_run / "rollouts" / "step_7.jsonl", run / "rollouts" / "step_7.jsonl")
+    (run / "metrics.jsonl").unlink()
+    os.symlink(secret_run / "metrics.jsonl", run / "metrics.jsonl")
+    (run / "config.yaml").unlink()
+    os.symlink(secret_run / "config.yaml", run / "config.yaml")
+    # A run whose whole rollouts folder is a link out.
+    other = root / "other" / "20260103-000000"
+    other.mkdir(parents=True)
+    os.symlink(secret_run / "rollouts", other / "rollouts")
+    viewer = serve(root)
+
+    runs = get(viewer, "/api/runs")
+    assert "SECRET" not in runs.text
+    by_id = {r["id"]: r for r in runs.json()["runs"]}
+    shown = by_id[f"calc/{calc_run.name}"]
+    assert shown["experiment"] == "calc" and shown["steps"] == 0 and shown["last_metrics"] == {}
+    page = get(viewer, "/api/trajectories", run=shown["id"], limit=500).json()
+    assert page["steps"] == ["debug"] and page["total"] == 2 * len(TASKS)
+    assert {item["file"] for item in page["items"]} == {"debug.jsonl"}
+    assert get(viewer, "/api/trajectory", run=shown["id"], file="step_7.jsonl", line=0).status_code == 404
+    assert get(viewer, "/api/metrics", run=shown["id"]).json() == {"rows": []}
+    for name in ["notes.txt", "ssh/id_rsa", "config.yaml", "metrics.jsonl", "rollouts/step_7.jsonl"]:
+        response = get(viewer, "/api/file", run=shown["id"], name=name)
+        assert response.status_code == 404 and "SECRET" not in response.text, name
+        missing = get(viewer, "/api/file", run=shown["id"], name="no-such-file")
+        assert response.text.replace(name, "no-such-file") == missing.text
+    if "other/20260103-000000" in by_id:
+        other_page = get(viewer, "/api/trajectories", run="other/20260103-000000").json()
+        assert other_page["total"] == 0 and other_page["steps"] == []
+    assert "SECRET" not in get(viewer, "/api/trajectory", run=shown["id"], file="debug.jsonl", line=0).text
+
+
+def test_symlinks_that_stay_inside_the_root_are_followed(serve, tmp_path: Path, calc_run: Path) -> None:
+    root = tmp_path / "root"
+    run = root / "calc" / calc_run.name
+    shutil.copytree(calc_run, run)
+    os.symlink(run, root / "calc" / "latest")
+    os.symlink(run / "astuner.log", run / "log.txt")
+    viewer = serve(tmp_path / "root")
+    assert sorted(r["id"] for r in get(viewer, "/api/runs").json()["runs"]) == [
+        "calc/" + calc_run.name,
+        "calc/latest",
+    ]
+    assert get(viewer, "/api/trajectories", run="calc/latest").json()["total"] == 2 * len(TASKS)
+    assert get(viewer, "/api/trajectory", run="calc/latest", file="debug.jsonl", line=0).status_code == 200
+    log = get(viewer, "/api/file", run=f"calc/{calc_run.name}", name="log.txt")
+    assert log.status_code == 200 and log.text == (run / "astuner.log").read_text(encoding="utf-8")
+
+
+# ------------------------------------------------------------------ lines that are JSON but not trajectories
+
+
+def test_schema_invalid_lines_are_skipped_and_counted(serve, tmp_path: Path, calc_run: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(calc_run, run)
+    rollouts = run / "rollouts" / "debug.jsonl"
+    first = read_trajectories(rollouts)[0]
+    bad_tail = first.model_copy(update={"trajectory_id": "bad-tail"}).model_dump_json()
+    bad_tail = bad_tail.replace('"is_success":true', '"is_success":"very"')
+    bad_calls = first.model_copy(update={"trajectory_id": "bad-calls"}).model_dump_json()
+    bad_calls = bad_calls.replace('"calls":[{"index":0,', '"calls":[{"index":0,"bogus":1,', 1)
+    assert '"bogus":1' in bad_calls and '"is_success":"very"' in bad_tail
+    with rollouts.open("a", encoding="utf-8") as out:
+        for line in [
+            '{"task_id": 1}',  # the example from the bug report
+            '{"trajectory_id": "bad-reward", "reward": "lots"}',
+            '{"trajectory_id": "extra", "unknown_field": 1}',
+            bad_tail,
+            '{"trajectory_id": "bad-madness", "madness": "not a list"}',
+            "[1, 2]",
+            "not json",
+            bad_calls,  # same group as the first trajectory; its calls are only read when opened
+        ]:
+            out.write(line + "\n")
+    viewer = serve(run)
+    page = get(viewer, "/api/trajectories", run=".", limit=500).json()
+    assert page["bad_lines"] == 7
+    listed = [(item["line"], item["trajectory_id"]) for item in page["items"]]
+    assert listed[:10] == [
+        (i, t.trajectory_id) for i, t in enumerate(read_trajectories(calc_run / "rollouts" / "debug.jsonl"))
+    ]
+    for line in range(10, 17):
+        response = get(viewer, "/api/trajectory", run=".", file="debug.jsonl", line=line)
+        assert response.status_code == 404, (line, response.text)
+        assert "not a valid trajectory" in response.json()["detail"]
+    # Opening the first trajectory reads its group, which finds the member whose calls do not parse.
+    view = get(viewer, "/api/trajectory", run=".", file="debug.jsonl", line=0)
+    assert view.status_code == 200, view.text
+    assert view.json()["advantage"]["group_size"] == 2
+    response = get(viewer, "/api/trajectory", run=".", file="debug.jsonl", line=17)
+    assert response.status_code == 404
+    assert "not a valid trajectory" in response.json()["detail"]
+    for item in page["items"][:10]:
+        assert (
+            get(viewer, "/api/trajectory", run=".", file="debug.jsonl", line=item["line"]).status_code == 200
+        )
+    after = get(viewer, "/api/trajectories", run=".", limit=500).json()
+    assert after["total"] == after["trajectories"] == 2 * len(TASKS)
+    assert after["bad_lines"] == 8
+    assert [item["trajectory_id"] for item in after["items"]] == [t for _, t in listed[:10]]
+
+
+def test_a_bad_line_opened_first_is_skipped_too(serve, tmp_path: Path, calc_run: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(calc_run, run)
+    first = read_trajectories(run / "rollouts" / "debug.jsonl")[0]
+    bad = first.model_copy(update={"trajectory_id": "bad", "group_id": "alone"}).model_dump_json()
+    bad = bad.replace('"prompt_ids":[', '"prompt_ids":["x",', 1)
+    (run / "rollouts" / "step_1.jsonl").write_text(bad + "\n", encoding="utf-8")
+    viewer = serve(run)
+    before = get(viewer, "/api/trajectories", run=".", step="1").json()
+    assert before["total"] == 1 and before["bad_lines"] == 0  # calls are not parsed to list a line
+    response = get(viewer, "/api/trajectory", run=".", file="step_1.jsonl", line=0)
+    assert response.status_code == 404 and "not a valid trajectory" in response.json()["detail"]
+    after = get(viewer, "/api/trajectories", run=".", step="1").json()
+    assert after["total"] == 0 and after["bad_lines"] == 1

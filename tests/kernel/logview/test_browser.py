@@ -199,3 +199,30 @@ def test_a_20k_token_trajectory_renders(page, serve, record_root: Path) -> None:
     last.hover()
     assert f"token {tokens - 1} ·" in page.locator("#tooltip").inner_text()
     page.screenshot(path=str(ARTIFACTS / "logview-long-trajectory.png"))
+
+
+def test_a_token_link_opens_the_page_and_leaves_the_address_bar(page, serve, record_root: Path) -> None:
+    viewer = serve(record_root, token="browser-test-token-0123456789")
+    assert httpx.get(viewer.url.split("?")[0] + "api/runs", timeout=30).status_code == 401
+    page.goto(viewer.url)
+    assert "token" not in page.url
+    open_run(page, page.url, "calc")
+    assert page.locator(".trajectory-row").count() == 10
+    page.locator(".trajectory-row", has_text="add-1").first.click()
+    page.wait_for_selector(".tok.trained")
+    assert page.evaluate("document.cookie") == ""  # HttpOnly: scripts cannot read the token
+
+
+def test_lines_that_are_not_trajectories_are_counted_not_shown(
+    page, serve, tmp_path: Path, calc_run: Path
+) -> None:
+    run = tmp_path / "records" / "calc" / calc_run.name
+    shutil.copytree(calc_run, run)
+    with (run / "rollouts" / "debug.jsonl").open("a", encoding="utf-8") as out:
+        out.write('{"task_id": 1}\n{"trajectory_id": "t", "reward": "lots"}\nnot json\n')
+    open_run(page, serve(tmp_path / "records").url, "calc")
+    assert page.locator(".trajectory-row").count() == 10
+    expect(page.locator("#status")).to_contain_text("10 trajectories, 3 unreadable lines")
+    page.locator(".trajectory-row").last.click()
+    page.wait_for_selector(".summary")
+    assert "explode" in page.locator(".summary").inner_text()

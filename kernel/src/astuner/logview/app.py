@@ -11,9 +11,16 @@ Routes (all GET):
 - `/api/metrics?run=`: the rows of `metrics.jsonl`.
 - `/api/file?run=&name=`: a text file inside the run folder (`config.yaml`, `astuner.log`), its last MiB.
 
-Unknown runs, files and lines answer 404. Every response forbids content
-sniffing and, through a content security policy, any script or style not
-served from here, as a second line of defence behind the page's own escaping.
+Unknown runs, files and lines answer 404, and so does anything that
+resolves (symlinks followed) outside the records root, whether or not it
+exists. Every response forbids content sniffing and, through a content
+security policy, any script or style not served from here, as a second line
+of defence behind the page's own escaping.
+
+Before any route, `AccessGuard` (see `astuner.logview.access`) refuses a
+request whose Host is not a loopback name when the server is bound to
+loopback (403: DNS rebinding), and one without the access token when there
+is one (401).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from typing import Annotated, Any
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 
+from astuner.logview.access import AccessGuard
 from astuner.logview.store import Filters, NotFound, RecordStore
 
 STATIC = Path(__file__).parent / "static"
@@ -71,16 +79,24 @@ def _flag(value: str | None, name: str) -> bool | None:
     raise HTTPException(400, f"{name} must be yes, no or any, not {value!r}")
 
 
-def create_app(root: Path, tokenizer: str | None = None) -> FastAPI:
-    """The viewer over the runs under `root` (a record root, an experiment or one run)."""
+def create_app(
+    root: Path, tokenizer: str | None = None, host: str = "127.0.0.1", token: str | None = None
+) -> FastAPI:
+    """The viewer over the runs under `root` (a record root, an experiment or one run).
+
+    `host` is the address the server is bound to: on loopback (the default)
+    only loopback Host headers are answered. `token`, when set, is required
+    on every request (`start_logview` sets one for any other bind).
+    """
     store = RecordStore(root, tokenizer=tokenizer)
     app = FastAPI(title="astuner logview", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.store = store
+    guard = AccessGuard(host, token)
     shipped = {p.name: p for p in STATIC.iterdir() if p.is_file()}
 
     @app.middleware("http")
-    async def security_headers(request: Request, call_next: Any) -> Response:
-        response = await call_next(request)
+    async def guard_and_headers(request: Request, call_next: Any) -> Response:
+        response = await guard(request, call_next)
         response.headers.update(_SECURITY_HEADERS)
         return response
 

@@ -14,6 +14,12 @@ the tail from the last `],"reward":` are parsed on their own; a quote
 inside a JSON string is always escaped, so these markers cannot come from
 model text. A line in any other shape is parsed whole.
 
+A line is indexed only if it validates as a `Trajectory`: every field but
+`calls` is checked against the model (the whole line when it is parsed
+whole), so `{"task_id": 1}` or a string reward is a bad line, counted in
+`bad_lines` with lines that are not JSON. The calls are checked when the
+line is read whole; a reader that finds them invalid calls `discard()`.
+
 The file may be growing (a run in progress): `refresh()` indexes only the
 complete lines added since the last call, and starts over if the file was
 replaced or truncated.
@@ -21,12 +27,15 @@ replaced or truncated.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from astuner.core.trajectory import Trajectory
 
 _CHUNK = 8 << 20
 _CALLS = b',"calls":['
@@ -112,35 +121,34 @@ def _fields_fast(line: bytes) -> tuple[dict[str, Any], list[str]] | None:
 
 
 def summarize(line: bytes, number: int, offset: int) -> Summary:
-    """The summary of one rollout line; raises ValueError when it is not a trajectory object."""
+    """The summary of one rollout line.
+
+    Raises ValueError (pydantic's ValidationError is one) when the line is
+    not a trajectory: not JSON, or a field other than `calls` that does not
+    validate against `Trajectory`; a line parsed whole is validated whole.
+    """
     fast = _fields_fast(line)
     if fast is not None:
         fields, agents = fast
+        trajectory = Trajectory.model_validate(fields)  # every field but `calls`, which `fields` lacks
     else:
-        fields = json.loads(line)
-        if not isinstance(fields, dict):
-            raise ValueError("not a JSON object")
-        agents = [str(c.get("agent_name", "default")) for c in fields.get("calls") or []]
-    reward = fields.get("reward")
-    if isinstance(reward, list):
-        score: float | None = float(sum(reward))
-    elif isinstance(reward, (int, float)) and not isinstance(reward, bool):
-        score = reward = float(reward)
-    else:
-        score = reward = None
-    error = fields.get("error")
+        trajectory = Trajectory.model_validate_json(line)
+        agents = [c.agent_name for c in trajectory.calls]
+    reward = trajectory.reward
+    score = float(sum(reward)) if isinstance(reward, list) else reward
+    error = trajectory.error
     return Summary(
         line=number,
         offset=offset,
         length=len(line),
-        trajectory_id=str(fields.get("trajectory_id", "")),
-        task_id=str(fields.get("task_id", "")),
-        group_id=str(fields.get("group_id", "")),
+        trajectory_id=trajectory.trajectory_id,
+        task_id=trajectory.task_id,
+        group_id=trajectory.group_id,
         reward=reward,
         score=score,
-        is_success=fields.get("is_success"),
-        madness=tuple(str(m) for m in fields.get("madness") or ()),
-        error=error.strip().splitlines()[-1] if isinstance(error, str) and error.strip() else None,
+        is_success=trajectory.is_success,
+        madness=tuple(trajectory.madness),
+        error=error.strip().splitlines()[-1] if error and error.strip() else None,
         agents=tuple(dict.fromkeys(agents)),
         turns=len(agents),
     )
@@ -198,6 +206,22 @@ class RolloutIndex:
             self.summaries.append(summarize(line, number, offset))
         except (ValueError, TypeError, AttributeError):
             self.bad_lines.append(number)
+
+    def discard(self, line: int) -> None:
+        """Drop line `line` from the summaries and count it as bad: a reader found its calls invalid.
+
+        The list is replaced, not changed in place, so a page being built over it is not disturbed.
+        """
+        with self._lock:
+            kept = [s for s in self.summaries if s.line != line]
+            if len(kept) < len(self.summaries):
+                self.summaries = kept
+                bisect.insort(self.bad_lines, line)
+
+    def is_bad(self, line: int) -> bool:
+        """True when line `line` (0-based) was counted as bad."""
+        pos = bisect.bisect_left(self.bad_lines, line)
+        return pos < len(self.bad_lines) and self.bad_lines[pos] == line
 
     def find(self, line: int) -> Summary | None:
         """The summary of line number `line` (0-based), if that line is an indexed trajectory."""

@@ -9,6 +9,16 @@ A run is named by its path relative to PATH (`math_agent/20260101-120000`,
 or `.` when PATH is the run itself). Requests name runs and files this way
 and are answered only for names found by the search, so nothing outside
 PATH is ever read.
+
+Symlinks are followed only while they stay inside PATH: every folder and
+file is resolved (`Path.resolve()`) and used only if it lies inside the
+resolved PATH. A run folder, experiment folder, `rollouts/`, rollout file,
+`config.yaml` or `metrics.jsonl` that is a link leading out is treated as
+absent, exactly like a name that does not exist, so that a link dropped into
+the records (`latest -> ~`) cannot serve the user's home, and an answer never
+tells whether something outside exists. Links inside PATH (`latest ->
+20260101-120000`) keep working. The functions taking a `root` confine to
+it; without one they confine to the run folder itself.
 """
 
 from __future__ import annotations
@@ -27,17 +37,43 @@ _STEP_FILE = re.compile(r"step_(\d+)\.jsonl$")
 _STAMP = re.compile(r"^(\d{8}-\d{6})")
 
 
-def is_run_dir(path: Path) -> bool:
-    """A run folder holds the resolved config or a rollouts folder."""
-    return (path / "config.yaml").is_file() or (path / "rollouts").is_dir()
+def within(root: Path, path: Path) -> Path | None:
+    """`path` resolved (symlinks followed) if it exists and lies inside `root` resolved, else None."""
+    try:
+        base = root.resolve()
+        target = path.resolve()
+        if target != base and base not in target.parents:
+            return None
+        return target if target.exists() else None
+    except (OSError, RuntimeError):  # a symlink loop, a folder we may not read
+        return None
+
+
+def _run_file(run: Path, name: str, root: Path | None) -> Path | None:
+    """`run / name` resolved, if it is a regular file inside `root` (default: the run folder)."""
+    target = within(root if root is not None else run, run / name)
+    return target if target is not None and target.is_file() else None
+
+
+def is_run_dir(path: Path, root: Path | None = None) -> bool:
+    """A run folder holds the resolved config or a rollouts folder (inside `root`, default the folder)."""
+    base = root if root is not None else path
+    rollouts = within(base, path / "rollouts")
+    return _run_file(path, "config.yaml", base) is not None or (rollouts is not None and rollouts.is_dir())
 
 
 def find_runs(root: Path) -> list[Path]:
-    """Every run folder under `root` (itself included), newest name first within a folder."""
+    """Every run folder under `root` (itself included), newest name first within a folder.
+
+    A folder that resolves outside `root` is skipped with everything in it.
+    """
     found: list[Path] = []
+    base = root.resolve()
 
     def walk(folder: Path, depth: int) -> None:
-        if is_run_dir(folder):
+        if within(base, folder) is None:
+            return
+        if is_run_dir(folder, base):
             found.append(folder)
             return
         if depth == _MAX_DEPTH:
@@ -59,12 +95,22 @@ def step_of(file: Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def rollout_files(run: Path) -> list[Path]:
-    """A run's rollout files: `step_<n>.jsonl` by step, then any other `.jsonl` by name."""
-    folder = run / "rollouts"
-    if not folder.is_dir():
+def rollout_files(run: Path, root: Path | None = None) -> list[Path]:
+    """A run's rollout files: `step_<n>.jsonl` by step, then any other `.jsonl` by name.
+
+    Only files (and a `rollouts/` folder) resolving inside `root` (default:
+    the run folder) are listed; each keeps its own name, under the resolved
+    `rollouts/` folder.
+    """
+    base = root if root is not None else run
+    folder = within(base, run / "rollouts")
+    if folder is None or not folder.is_dir():
         return []
-    files = [p for p in folder.iterdir() if p.suffix == ".jsonl" and p.is_file()]
+    try:
+        names = [p for p in folder.iterdir() if p.suffix == ".jsonl"]
+    except OSError:
+        return []
+    files = [p for p in names if (real := within(base, p)) is not None and real.is_file()]
     return sorted(files, key=lambda p: (step_of(p) is None, step_of(p) or 0, p.name))
 
 
@@ -92,21 +138,27 @@ class RunInfo:
     last_metrics: dict[str, Any]
 
 
-def read_config(run: Path) -> dict[str, Any]:
-    """The run's `astuner:` block from `config.yaml` ({} when missing or unreadable)."""
+def read_config(run: Path, root: Path | None = None) -> dict[str, Any]:
+    """The run's `astuner:` block from `config.yaml` ({} when missing, unreadable or outside `root`)."""
+    path = _run_file(run, "config.yaml", root)
+    if path is None:
+        return {}
     try:
-        data = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
         return {}
     block = data.get("astuner") if isinstance(data, dict) else None
     return block if isinstance(block, dict) else {}
 
 
-def read_metrics(run: Path) -> list[dict[str, Any]]:
-    """The rows of `metrics.jsonl`; unreadable lines (a line being written) are skipped."""
+def read_metrics(run: Path, root: Path | None = None) -> list[dict[str, Any]]:
+    """The rows of `metrics.jsonl` (none when it is outside `root`); unreadable lines are skipped."""
     rows: list[dict[str, Any]] = []
+    path = _run_file(run, "metrics.jsonl", root)
+    if path is None:
+        return rows
     try:
-        with (run / "metrics.jsonl").open(encoding="utf-8") as lines:
+        with path.open(encoding="utf-8") as lines:
             for line in lines:
                 try:
                     row = json.loads(line)
@@ -119,19 +171,20 @@ def read_metrics(run: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def run_time(run: Path) -> str:
+def run_time(run: Path, root: Path | None = None) -> str:
     """The run's start as `YYYY-mm-dd HH:MM:SS`: from its folder name, else its config's mtime."""
     match = _STAMP.match(run.name)
     if match:
         return datetime.strptime(match.group(1), "%Y%m%d-%H%M%S").strftime("%Y-%m-%d %H:%M:%S")
-    source = run / "config.yaml" if (run / "config.yaml").exists() else run
+    source = _run_file(run, "config.yaml", root) or run
     return datetime.fromtimestamp(source.stat().st_mtime).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def run_info(root: Path, run: Path) -> RunInfo:
-    config = read_config(run)
-    metrics = read_metrics(run)
-    files = rollout_files(run)
+    """What the run list shows for `run`, reading only what resolves inside `root`."""
+    config = read_config(run, root)
+    metrics = read_metrics(run, root)
+    files = rollout_files(run, root)
     steps = {s for s in (step_of(f) for f in files) if s is not None}
     steps.update(int(row["step"]) for row in metrics if isinstance(row.get("step"), int))
     model = config.get("model") if isinstance(config.get("model"), dict) else {}
@@ -139,7 +192,7 @@ def run_info(root: Path, run: Path) -> RunInfo:
     return RunInfo(
         id=relative,
         experiment=str(config.get("experiment_name") or (run.parent.name if relative != "." else run.name)),
-        time=run_time(run),
+        time=run_time(run, root),
         backbone=str(config.get("backbone", "")),
         model=str(model.get("path", "")),
         steps=len(steps),

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 from astuner.errors import AstunerError
+from astuner.logview.access import is_loopback
 from astuner.logview.app import create_app
 from astuner.logview.runs import find_runs
 from astuner.serving import ThreadedServer
@@ -14,15 +17,24 @@ DEFAULT_PORT = 8181
 
 
 class LogviewServer:
-    """A running viewer: `.url` to open, `.stop()` to end it, `.wait()` to serve until Ctrl-C."""
+    """A running viewer: `.url` to open, `.stop()` to end it, `.wait()` to serve until Ctrl-C.
 
-    def __init__(self, server: ThreadedServer, root: Path) -> None:
+    `.token` is the access token every request needs (None: none needed);
+    `.url` then carries it as `?token=`, so that opening it logs the browser in.
+    """
+
+    def __init__(self, server: ThreadedServer, root: Path, token: str | None = None) -> None:
         self._server = server
         self.root = root
+        self.token = token
+
+    @property
+    def port(self) -> int:
+        return self._server.port
 
     @property
     def url(self) -> str:
-        return f"{self._server.url}/"
+        return f"{self._server.url}/" + (f"?token={quote(self.token, safe='')}" if self.token else "")
 
     def stop(self) -> None:
         self._server.stop()
@@ -39,12 +51,22 @@ class LogviewServer:
 
 
 def start_logview(
-    path: str | Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT, tokenizer: str | None = None
+    path: str | Path,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    tokenizer: str | None = None,
+    token: str | None = None,
 ) -> LogviewServer:
     """Serve the viewer over `path` in a background thread; port 0 picks a free port.
 
     `path` is a record root, an experiment folder or one run folder.
     `tokenizer` overrides the tokenizer each run's `model.path` names.
+    `token` is an access token every request must bring (`?token=` once,
+    then a cookie, or `Authorization: Bearer`). Bound to loopback (the
+    default) the viewer needs none and answers only loopback Host names;
+    bound to any other address it always needs one, and without `token` a
+    random one is made (`.token`, and in `.url`): logs must never be open to
+    the network by accident.
     Raises `AstunerError` when the folder is missing or the port is taken.
     """
     root = Path(path).expanduser()
@@ -53,14 +75,18 @@ def start_logview(
             f"The log viewer needs a folder of experiment records, but {root} is not a folder. "
             "Pass the record root (launcher_record), an experiment folder or one run folder."
         )
+    token = token or None
+    if token is None and not is_loopback(host):
+        token = secrets.token_urlsafe(32)
     try:
-        server = ThreadedServer(create_app(root, tokenizer=tokenizer), host=host, port=port)
+        app = create_app(root, tokenizer=tokenizer, host=host, token=token)
+        server = ThreadedServer(app, host=host, port=port)
     except OSError as exc:
         raise AstunerError(
             f"Cannot serve the log viewer on {host}:{port}: {exc.strerror or exc}. "
             "Stop whatever uses that port, or pick another with --port (0 picks a free one)."
         ) from exc
-    return LogviewServer(server.start(), root.resolve())
+    return LogviewServer(server.start(), root.resolve(), token)
 
 
 def runs_found(path: str | Path) -> int:

@@ -2,6 +2,17 @@
 
 Everything a request names (a run, a rollout file, a file of a run) is
 looked up among what was found under PATH; anything else is `NotFound`.
+Every path is resolved (symlinks followed) and confined to the resolved
+PATH (see `astuner.logview.runs`); what lies outside is `NotFound` with the
+same message as what does not exist.
+
+A line that does not validate as a `Trajectory` is not listed but counted
+in `bad_lines`, like a line that is not JSON. The index checks every field
+but the calls when it reads a line (parsing the calls would cost a hundred
+times more); a line whose calls do not validate is found out when it is
+first read whole (opened, or read as a member of an opened trajectory's
+group), and is then dropped from the list and counted the same way. The
+request for it answers 404, never a server error.
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ from astuner.logview.runs import (
     rollout_files,
     run_info,
     step_of,
+    within,
 )
 from astuner.logview.tokens import TokenizerCache, trajectory_view
 
@@ -99,7 +111,7 @@ class RecordStore:
         value = last_metrics.get("reward/mean")
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
-        files = rollout_files(run)
+        files = rollout_files(run, self.root)
         # Large unopened runs are not read just to fill the list; opening the run indexes them.
         if sum(f.stat().st_size for f in files if f not in self._indexes) > _EAGER_INDEX_BYTES:
             return None
@@ -107,13 +119,17 @@ class RecordStore:
         return sum(scores) / len(scores) if scores else None
 
     def index(self, file: Path) -> RolloutIndex:
+        """The index of a listed rollout file, reading its resolved path (checked to be under the root)."""
         with self._lock:
             if file not in self._indexes:
-                self._indexes[file] = RolloutIndex(file)
+                real = within(self.root, file)
+                if real is None:
+                    raise NotFound(f"no rollout file {file.name!r}")
+                self._indexes[file] = RolloutIndex(real)
             return self._indexes[file]
 
     def rollout_file(self, run_id: str, name: str) -> Path:
-        for file in rollout_files(self.run(run_id)):
+        for file in rollout_files(self.run(run_id), self.root):
             if file.name == name:
                 return file
         raise NotFound(f"no rollout file {name!r} in run {run_id!r}")
@@ -125,8 +141,8 @@ class RecordStore:
     def page(self, run_id: str, filters: Filters, offset: int, limit: int) -> dict[str, Any]:
         """One page of matching trajectories across the run's rollout files, in file then line order."""
         run = self.run(run_id)
-        self.tokenizers.prefetch(self.tokenizer_path(read_config(run)))
-        files = rollout_files(run)
+        self.tokenizers.prefetch(self.tokenizer_path(read_config(run, self.root)))
+        files = rollout_files(run, self.root)
         items: list[dict[str, Any]] = []
         total = trajectories = 0
         agents: set[str] = set()
@@ -160,19 +176,24 @@ class RecordStore:
     def trajectory(self, run_id: str, file_name: str, line: int) -> dict[str, Any]:
         """The full view of line `line` of a rollout file: conversation, samples, advantage."""
         run = self.run(run_id)
-        index = self.index(self.rollout_file(run_id, file_name))
+        file = self.rollout_file(run_id, file_name)
+        index = self.index(file)
         summary = index.find(line)
-        if summary is None:
+        trajectory = None if summary is None else _load(index, summary)
+        if trajectory is None:
+            if index.is_bad(line):
+                raise NotFound(
+                    f"line {line} of {file_name} is not a valid trajectory; it is skipped and counted"
+                )
             raise NotFound(f"no trajectory on line {line} of {file_name}")
-        trajectory = Trajectory.model_validate_json(index.read(summary))
         group = [trajectory]
         if trajectory.group_id:
-            group += [
-                Trajectory.model_validate_json(index.read(s))
-                for s in index.summaries
-                if s.group_id == trajectory.group_id and s.line != line
-            ]
-        config = read_config(run)
+            for s in list(index.summaries):
+                if s.group_id == trajectory.group_id and s.line != line:
+                    member = _load(index, s)
+                    if member is not None:
+                        group.append(member)
+        config = read_config(run, self.root)
         algorithm = (config.get("trainer_common") or {}).get("algorithm") or {}
         tokenizer_path = self.tokenizer_path(config)
         tokenizer, problem = (None, "no model.path in config.yaml")
@@ -188,17 +209,26 @@ class RecordStore:
         view.update(
             file=file_name,
             line=line,
-            step=step_label(index.path),
+            step=step_label(file),
             tokenizer={"path": tokenizer_path, "error": problem},
         )
         return view
 
     def metrics(self, run_id: str) -> list[dict[str, Any]]:
-        return read_metrics(self.run(run_id))
+        return read_metrics(self.run(run_id), self.root)
 
     def run_file(self, run_id: str, name: str) -> Path:
-        """A regular file inside the run folder, or NotFound (also for `..` and symlinks leading out)."""
+        """A regular file inside the run folder and the root, resolved; else NotFound (`..`, links out)."""
         target = inside(self.run(run_id), name)
-        if target is None or not target.is_file():
+        if target is None or within(self.root, target) is None or not target.is_file():
             raise NotFound(f"no file {name!r} in run {run_id!r}")
         return target
+
+
+def _load(index: RolloutIndex, summary: Summary) -> Trajectory | None:
+    """The trajectory a summary describes; None, the line dropped and counted, if it does not validate."""
+    try:
+        return Trajectory.model_validate_json(index.read(summary))
+    except ValueError:  # pydantic's ValidationError, for bad calls the index does not parse
+        index.discard(summary.line)
+        return None
