@@ -253,10 +253,12 @@ def test_client_retries_5xx_with_backoff_but_not_400(server: LoopbackServer) -> 
     async def go() -> tuple[str, str]:
         client = EnvServiceClient(server.url, "hang", retry=RetryPolicy(tries=3, backoff=0.01))
         try:
-            with pytest.raises(EnvServiceError) as fault:
-                await client.create("train-0000", params={"hang": "soon"})
+            # The 400 first: after a 500 from an exception, uvicorn closes that connection, and a /step
+            # sent on it meanwhile fails with ReadError and is, rightly, not sent again.
             with pytest.raises(EnvServiceError) as refused:
                 await client.step("exp_0_unknown", "x")
+            with pytest.raises(EnvServiceError) as fault:
+                await client.create("train-0000", params={"hang": "soon"})
         finally:
             await client.aclose()
         return str(fault.value), str(refused.value)

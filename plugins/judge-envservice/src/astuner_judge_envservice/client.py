@@ -1,13 +1,22 @@
 """`EnvServiceClient`: the async EnvService protocol client.
 
-Retries: a call that cannot connect, or that the server answers with a 5xx
-(a fault, or 503 when it is full), is tried again up to `tries` times in all
-after a jittered exponential back-off. An answer of 400 is the server
-refusing the request, so it is never retried. A read timeout is retried
-only for calls that are safe to repeat: `/step` and `/create` change the
-environment, and repeating them after the server may already have acted
-would apply an action twice. After the last try the error names the
-endpoint, the URL, the instance and the cause.
+Retries, by what the server may already have done:
+
+- The request was never sent (the connection was refused, or not made
+  within the timeout): always safe to repeat. The httpx transport retries
+  these itself (`AsyncHTTPTransport(retries=tries - 1)`, which retries
+  `ConnectError` and `ConnectTimeout` only, after 0, 0.5, 1, 2 ... s).
+- The request was sent and the answer was lost (the connection dropped:
+  `ReadError`, `RemoteProtocolError`; or no answer in time): repeated only
+  for the calls that change nothing on the server (`_REPEATABLE`).
+  `/step` and `/create` are never repeated then: the server may already have
+  acted, and repeating them would apply an action twice or leak an instance.
+- The server answered 5xx (a fault, or 503 when it is full): tried again up
+  to `tries` times in all after a jittered exponential back-off. An answer
+  of 400 is the server refusing the request, so it is never retried.
+
+After the last try the error names the endpoint, the URL, the instance and
+the cause.
 """
 
 from __future__ import annotations
@@ -22,8 +31,20 @@ import httpx
 from astuner.errors import AstunerError
 from astuner_judge_envservice.protocol import ServiceRequest, as_action_message
 
-# Calls that change the environment: a timed-out one may have been applied.
-_NOT_REPEATABLE = frozenset({"create", "step"})
+# The calls that may be sent again after their answer was lost (see protocol.py and server/app.py):
+# /get_env_profile lists a split's task ids, and /get_info and /evaluate read an instance's state
+# (`Episode.info()` / `Episode.score()` change nothing), so asking twice answers the same.
+# /release ends in the same state when repeated: a second one finds the instance gone and gets
+# 400, which `release()` reports as False. Not /create (each one makes a new instance: a repeat
+# leaks one, or, with a given instance_id, is refused as a duplicate) and never /step (a repeat
+# applies the action twice).
+_REPEATABLE = frozenset({"get_env_profile", "get_info", "evaluate", "release"})
+
+# Failures before the request was sent; the transport retries these for every call.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout)
+# Failures after the request may have reached the server: repeated only for `_REPEATABLE` calls.
+# (`httpx.PoolTimeout`, no free connection in our own pool, is caught before these: nothing was sent.)
+_ANSWER_LOST = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 
 
 class EnvServiceError(AstunerError):
@@ -68,7 +89,9 @@ class EnvServiceClient:
         self.env_type = env_type
         self.retry = retry or RetryPolicy()
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, limits=limits)
+        # Connection failures (nothing sent) are retried by the transport, for every endpoint.
+        transport = httpx.AsyncHTTPTransport(retries=self.retry.tries - 1, limits=limits)
+        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=transport)
 
     async def call(
         self,
@@ -80,7 +103,11 @@ class EnvServiceClient:
         params: dict[str, Any] | None = None,
         tries: int | None = None,
     ) -> Any:
-        """POST one request and return the answer's `data`; raises `EnvServiceError` after the last try."""
+        """POST one request and return the answer's `data`; raises `EnvServiceError` after the last try.
+
+        `tries` overrides the policy's attempts for 5xx answers and lost answers; connection
+        attempts are the client's (`retry.tries`, made by the transport).
+        """
         body = ServiceRequest(
             env_type=self.env_type,
             task_id=task_id,
@@ -89,21 +116,35 @@ class EnvServiceClient:
             params=params or {},
         ).model_dump(mode="json")
         tries = tries or self.retry.tries
-        cause = ""
+        cause, note = "", ""
         status: int | None = None
+        attempts = 0
         for attempt in range(tries):
             if attempt:
                 await asyncio.sleep(self.retry.delay(attempt - 1))
+            attempts = attempt + 1
             try:
                 response = await self._http.post(f"/{endpoint}", json=body)
-            except httpx.TimeoutException as exc:
-                cause, status = f"no answer within {self._timeout_s():g} s ({type(exc).__name__})", None
-                if endpoint in _NOT_REPEATABLE:
-                    break
+            except _NOT_SENT as exc:
+                # The transport has already tried to connect `retry.tries` times: this call's tries are spent.
+                cause, status = _transport_cause(exc, self._timeout_s()), None
+                attempts = tries
+                break
+            except httpx.PoolTimeout as exc:  # no free connection of our own: nothing was sent either
+                cause, status = _transport_cause(exc, self._timeout_s()), None
                 continue
-            except httpx.TransportError as exc:
-                cause, status = f"{type(exc).__name__}: {exc or 'connection failed'}", None
-                continue
+            except _ANSWER_LOST as exc:
+                cause, status = _transport_cause(exc, self._timeout_s()), None
+                if endpoint in _REPEATABLE:
+                    continue
+                note = (
+                    f" It is not sent again: the request may have reached the server, which may "
+                    f"already have applied it, and repeating /{endpoint} could apply it twice."
+                )
+                break
+            except httpx.TransportError as exc:  # e.g. an unsupported URL scheme: not a passing fault
+                cause, status = f"{type(exc).__name__}: {exc}", None
+                break
             status = response.status_code
             if status == 200:
                 return self._data(response, endpoint, instance_id)
@@ -118,7 +159,7 @@ class EnvServiceClient:
                 )
         raise EnvServiceError(
             f"POST {self.base_url}/{endpoint}{_where(instance_id, task_id)} failed after "
-            f"{attempt + 1} of {tries} tries: {cause}. Check that the environment service is running "
+            f"{attempts} of {tries} tries: {cause}.{note} Check that the environment service is running "
             "there (task_reader.env_service.env_url) and healthy (GET /healthz).",
             endpoint=endpoint,
             instance_id=instance_id,
@@ -220,6 +261,16 @@ def _where(instance_id: str | None, task_id: str | None) -> str:
     parts = [f"instance '{instance_id}'" if instance_id else "", f"task '{task_id}'" if task_id else ""]
     text = ", ".join(p for p in parts if p)
     return f" ({text})" if text else ""
+
+
+def _transport_cause(exc: httpx.TransportError, timeout: float) -> str:
+    if isinstance(exc, httpx.ConnectTimeout):
+        return f"could not connect within {timeout:g} s (ConnectTimeout)"
+    if isinstance(exc, httpx.PoolTimeout):
+        return f"no free connection within {timeout:g} s (PoolTimeout; see max_connections)"
+    if isinstance(exc, httpx.TimeoutException):
+        return f"no answer within {timeout:g} s ({type(exc).__name__})"
+    return f"{type(exc).__name__}: {exc or 'connection failed'}"
 
 
 def _detail(response: httpx.Response) -> str:
