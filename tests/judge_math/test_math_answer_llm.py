@@ -162,12 +162,16 @@ def test_openai_endpoint_from_config_alien_llm_model(endpoint, write_config, plu
 
 
 def test_endpoint_failure_keeps_the_rule_verdict(endpoint, write_config, plugins) -> None:
-    config = load_config(write_judge_config(write_config, endpoint.server.url + "/v1"))
+    url = endpoint.server.url + "/v1"
+    # max_retries 0: the engine would otherwise retry the 503 with back-off (see test_openai_engine.py).
+    path = write_judge_config(write_config, url, engine_settings={"base_url": url, "max_retries": 0})
+    config = load_config(path)
     settings = MathAnswerLlmSettings.model_validate(config.task_judge.model_extra["math_answer_llm"])
     endpoint.status = 503
     verdict = run(MathAnswerLlmJudge(settings, config, plugins), WRONG_FORM)
     assert verdict.reward == 0.0
     assert verdict.metrics["judge/llm_errors"] == 1.0
+    assert len(endpoint.requests) == 1
 
 
 def test_registered_judge_builds_from_its_block(endpoint, write_config, plugins) -> None:

@@ -2,6 +2,11 @@
 
 A hosted model returns text, not token ids, so runs through this engine
 are recorded (messages, replies, rewards) but marked untrainable.
+
+Calls go through the OpenAI SDK (`astuner[openai]`), whose client retries
+connection errors, 408, 409, 429 and 5xx answers `max_retries` times,
+waiting as long as the server's `Retry-After` says (else an exponential
+back-off), so a rate-limited endpoint slows a run instead of failing it.
 """
 
 from __future__ import annotations
@@ -10,7 +15,6 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from astuner.errors import AstunerError
@@ -30,6 +34,13 @@ class OpenAIEngineSettings(BaseModel):
     model: str | None = Field(None, description="Model name; default model.path.")
     api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable with the key.")
     request_timeout: float = Field(600.0, gt=0)
+    max_retries: int = Field(
+        4,
+        ge=0,
+        description="Retries of a call that could not connect or was answered 408, 409, 429 or 5xx, "
+        "after the server's Retry-After or an exponential back-off (the OpenAI SDK's retries); "
+        "0 fails on the first such answer.",
+    )
 
 
 class OpenAIChatEngine:
@@ -44,11 +55,21 @@ class OpenAIChatEngine:
                 "Engine 'openai' needs an endpoint: set rollout.engines.openai.base_url "
                 "(or rollout.engine_url), e.g. http://127.0.0.1:8000/v1."
             )
+        try:
+            import openai
+        except ImportError as exc:
+            raise AstunerError(
+                "Engine 'openai' needs the openai package: pip install 'astuner[openai]'."
+            ) from exc
+        self._openai = openai
         self.model = settings.model or config.model.path
         self.base_url = base_url.rstrip("/")
-        key = os.environ.get(settings.api_key_env, "EMPTY")
-        self._client = httpx.AsyncClient(
-            timeout=settings.request_timeout, headers={"Authorization": f"Bearer {key}"}
+        self.max_retries = settings.max_retries
+        self._client = openai.AsyncOpenAI(
+            base_url=self.base_url,
+            api_key=os.environ.get(settings.api_key_env, "EMPTY"),
+            timeout=settings.request_timeout,
+            max_retries=settings.max_retries,
         )
 
     async def chat(
@@ -57,7 +78,11 @@ class OpenAIChatEngine:
         tools: Sequence[Mapping[str, Any]] | None,
         sampling: SamplingParams,
     ) -> ChatReply:
-        body: dict[str, Any] = {
+        openai = self._openai
+        endpoint = f"{self.base_url}/chat/completions"
+        tries = self.max_retries + 1
+        tried = f"{tries} {'try' if tries == 1 else 'tries'} (the engine's max_retries is {self.max_retries})"
+        request: dict[str, Any] = {
             "model": self.model,
             "messages": list(messages),
             "max_tokens": sampling.max_tokens,
@@ -65,22 +90,30 @@ class OpenAIChatEngine:
             "top_p": sampling.top_p,
         }
         if tools:
-            body["tools"] = list(tools)
-        reply = await self._client.post(f"{self.base_url}/chat/completions", json=body)
-        if reply.status_code != 200:
+            request["tools"] = list(tools)
+        try:
+            completion = await self._client.chat.completions.create(**request)
+        except openai.APIStatusError as exc:
             raise AstunerError(
-                f"{self.base_url}/chat/completions answered {reply.status_code}: {reply.text[:500]}"
-            )
-        choice = reply.json()["choices"][0]
-        message = choice.get("message") or {}
+                f"{endpoint} answered {exc.status_code} after {tried}: {_error_text(exc)}"
+            ) from exc
+        except openai.APIConnectionError as exc:  # includes APITimeoutError
+            raise AstunerError(f"{endpoint} could not be reached after {tried}: {exc}") from exc
+        choice = completion.choices[0]
+        message = choice.message
         return ChatReply(
-            content=message.get("content") or "",
-            tool_calls=list(message.get("tool_calls") or []),
-            finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
+            content=message.content or "",
+            tool_calls=[call.model_dump(exclude_unset=True) for call in message.tool_calls or []],
+            finish_reason="length" if choice.finish_reason == "length" else "stop",
         )
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._client.close()
+
+
+def _error_text(exc: Any) -> str:
+    body = exc.response.text if exc.response is not None else str(exc)
+    return body[:500]
 
 
 @hookimpl
