@@ -38,6 +38,29 @@ def test_prompts_go_as_token_ids_and_come_back_with_logprobs() -> None:
     assert any(b["stop_token_ids"] == [99] for b in seen)
 
 
+@pytest.mark.parametrize(
+    ("served", "cause"),
+    [("none", "returned no log-probs"), ("short", "returned 3 log-probs for 4 sampled tokens")],
+)
+def test_missing_logprobs_are_an_error_not_zeros(served: str, cause: str) -> None:
+    """Made-up log-probs would give the trainer wrong ratios: a reply without them is an error."""
+    with ThreadedServer(make_app(logprobs=served)) as server:
+        config = load_config(None, ["rollout.engine_url=" + server.url + "/v1"], environ={})
+        engine = VllmEngine(VllmEngineSettings(), config)
+
+        async def go():
+            try:
+                return await engine.generate([11, 12, 13, 14], SamplingParams(max_tokens=10))
+            finally:
+                await engine.aclose()
+
+        with pytest.raises(AstunerError) as error:
+            asyncio.run(go())
+    message = str(error.value)
+    assert f"vLLM server at {server.url}" in message and cause in message
+    assert "not filled in" in message and "rollout.engine_url" in message
+
+
 def test_starts_a_server_when_no_url_and_stops_it_by_pid(tmp_path: Path) -> None:
     stub = Path(__file__).with_name("vllm_stub.py")
     settings = VllmEngineSettings(serve_command=shlex.join([sys.executable, str(stub)]), startup_timeout=60)

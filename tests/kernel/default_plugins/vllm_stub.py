@@ -16,7 +16,9 @@ from fastapi import FastAPI, HTTPException
 END = 2
 
 
-def make_app(requests: list[dict[str, Any]] | None = None) -> FastAPI:
+def make_app(requests: list[dict[str, Any]] | None = None, logprobs: str = "all") -> FastAPI:
+    """`logprobs`: "all" (one per token), "none" (`"logprobs": null`, as a server that drops them) or
+    "short" (one fewer than the tokens)."""
     app = FastAPI()
     seen = requests if requests is not None else []
 
@@ -40,6 +42,10 @@ def make_app(requests: list[dict[str, Any]] | None = None) -> FastAPI:
             "finish_reason": finish,
             "logprobs": {"token_logprobs": [-0.5] * len(tokens), "tokens": [f"token_id:{t}" for t in tokens]},
         }
+        if logprobs == "none":
+            choice["logprobs"] = None
+        elif logprobs == "short":
+            choice["logprobs"]["token_logprobs"].pop()
         if body.get("return_token_ids"):
             choice["token_ids"] = tokens
         return {"id": "cmpl-1", "object": "text_completion", "model": body["model"], "choices": [choice]}

@@ -147,9 +147,29 @@ class VllmEngine:
                 f"vLLM at {self.url} returned no token ids; it must support return_token_ids "
                 "(vLLM >= 0.10.2)."
             )
-        logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or [0.0] * len(token_ids)
+        logprobs = self._logprobs(choice, len(token_ids))
         finish = "length" if choice.get("finish_reason") == "length" else "stop"
-        return Generation(list(token_ids), [float(x) for x in logprobs], finish)
+        return Generation(list(token_ids), logprobs, finish)
+
+    def _logprobs(self, choice: dict[str, Any], n_tokens: int) -> list[float]:
+        """One log-prob per sampled token; never made up: the trainer's ratios are computed from them."""
+        logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
+        if logprobs is None and n_tokens == 0:
+            return []
+        if logprobs is None:
+            problem = "returned no log-probs for the sampled tokens"
+        elif len(logprobs) != n_tokens:
+            problem = f"returned {len(logprobs)} log-probs for {n_tokens} sampled tokens"
+        elif any(x is None for x in logprobs):
+            problem = f"returned a null log-prob for sampled token {logprobs.index(None)}"
+        else:
+            return [float(x) for x in logprobs]
+        raise AstunerError(
+            f"The vLLM server at {self.url} {problem} (requested with logprobs=1). Training needs the "
+            "sampling log-prob of every token, so they are not filled in. Point rollout.engine_url "
+            "(or rollout.engines.vllm.url) at a vLLM server itself, which returns them for "
+            "logprobs=1, not at a proxy or another OpenAI-compatible server that drops 'logprobs'."
+        )
 
     async def aclose(self) -> None:
         await self._client.aclose()
