@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,18 @@ PAIRS = [
     ("\\boxed{(1,2)}", "(1, 2)", True),
     ("\\boxed{(2,1)}", "(1, 2)", False),
     ("\\boxed{3+4i}", "3+4i", True),
+    # LaTeX in prose, found by math-verify before the last-number rule
+    ("Thus x = \\frac{3}{4}", "0.75", True),
+    ("Thus x = \\frac{3}{4}.", "#### 0.75", True),
+    ("Thus x = \\frac{3}{4}", "4", False),
+    ("So the answer is $\\frac{3}{4}$ of the cake.", "3/4", True),
+    ("We get \\[x = \\frac{1}{2}\\]", "0.5", True),
+    ("The side is \\(\\sqrt{2}\\) long.", "\\sqrt{2}", True),
+    ("The side is \\(\\sqrt{2}\\) long.", "2", False),
+    ("The answer is 7. Hope this helps, 5 stars", "7", True),
+    ("The answer is 25%.", "25", True),
+    ("The answer is 25%.", "0.25", True),
+    ("He paid $5 for apples and $10 for pears, so $15 in total.", "#### 15", True),
 ]
 
 
@@ -148,6 +161,39 @@ def test_settings_change_rewards_field_and_tolerance() -> None:
     task = Task(task_id="t", main_query="q", metadata={"gold": "0.333"})
     assert asyncio.run(j.judge(task, WorkflowOutput(response="\\boxed{1/3}"))).reward == 2.0
     assert asyncio.run(j.judge(task, WorkflowOutput(response="\\boxed{0.5}"))).reward == -1.0
+
+
+@pytest.mark.parametrize(
+    ("text", "prediction"),
+    [
+        ("Thus x = \\frac{3}{4}", "\\frac{3}{4}"),
+        ("So the answer is $\\frac{3}{4}$ of the cake.", "\\frac{3}{4}"),
+        ("We get \\[x = \\frac{1}{2}\\]", "x = \\frac{1}{2}"),
+        # boxed, #### and whole-text answers come first, as before
+        ("So $x = \\frac{1}{2}$, i.e. \\boxed{72}", "72"),
+        ("Thus x = \\frac{3}{4}\n#### 72", "72"),
+        ("\\frac{3}{4}", "\\frac{3}{4}"),
+        # plain numbers in prose: the last one
+        ("Natalia sold 48 clips in April and 24 in May, 72 in all.", "72"),
+        ("She earns $5.50 a day.", "5.50"),
+        # no answer at all
+        ("I am not sure how to solve this.", None),
+        ("no idea", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_prediction_extraction_order(text: str | None, prediction: str | None) -> None:
+    assert extract_prediction(text) == prediction
+
+
+def test_prose_extraction_works_off_the_main_thread() -> None:
+    """math-verify's time limit needs the main thread; judges may run on others."""
+    found: list[str | None] = []
+    worker = threading.Thread(target=lambda: found.append(extract_prediction("Thus x = \\frac{3}{4}")))
+    worker.start()
+    worker.join()
+    assert found == ["\\frac{3}{4}"]
 
 
 def test_boxed_nested_braces_and_order() -> None:

@@ -3,9 +3,9 @@
 The prediction is `WorkflowOutput.metadata["final_answer"]` when the
 workflow set one, else the response text; either way it goes through
 `extract_prediction` (last `\\boxed{}`, then `####`, then the whole text,
-then the last number). The reference is the task's `answer_field`
-(GSM8K's `#### 72` understood). A reward the workflow returned itself is
-honoured as is.
+then what math-verify extracts from prose, then the last number). The
+reference is the task's `answer_field` (GSM8K's `#### 72` understood). A
+reward the workflow returned itself is honoured as is.
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ class MathAnswerSettings(BaseModel):
     rel_tol: float = Field(1e-9, ge=0, description="Relative tolerance between numeric answers.")
     abs_tol: float = Field(1e-6, ge=0, description="Absolute tolerance between numeric answers.")
     symbolic: bool = Field(True, description="Check non-numeric answers symbolically with math-verify.")
-    symbolic_timeout_s: int = Field(2, ge=1, description="Time limit of one symbolic check.")
+    symbolic_timeout_s: int = Field(
+        2, ge=1, description="Time limit of one symbolic check, and of extracting an answer from prose."
+    )
     reward_correct: float = Field(1.0, description="Reward of a correct answer.")
     reward_wrong: float = Field(0.0, description="Reward of a wrong or missing answer.")
 
@@ -59,7 +61,9 @@ class MathAnswerJudge:
     def check(self, task: Task, output: WorkflowOutput) -> RuleVerdict:
         s = self.settings
         final = output.metadata.get("final_answer")
-        prediction = extract_prediction(str(final) if final is not None else output.response_text)
+        prediction = extract_prediction(
+            str(final) if final is not None else output.response_text, timeout_s=s.symbolic_timeout_s
+        )
         reference = extract_reference(task.metadata.get(s.answer_field))
         correct = (
             prediction is not None
