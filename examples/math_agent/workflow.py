@@ -4,9 +4,10 @@ Two forms of the same workflow: the class form (`MathAgentWorkflow`, named
 in math_agent.yaml) and the function form (`math_agent_workflow`) that the
 AgentScope Tuner tutorial uses. Either returns the final answer (the last
 `\\boxed{}` of the reply, found by the same extractor the `math_answer`
-judge uses) in `metadata["final_answer"]`. The Python tool is
-`python_tool.execute_python_code`, which runs the model's code confined
-(time limit, no network), not AgentScope's.
+judge uses) in `metadata["final_answer"]`. The Python tool is astuner's
+`execute_python_code` (`astuner.tools`), AgentScope's tool of that name
+with the model's code confined (sandbox, no network, limits), here with a
+10-second ceiling on the time the model may ask for.
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ from agentscope.memory import InMemoryMemory
 from agentscope.message import Msg
 from agentscope.tool import Toolkit
 from astuner_judge_math.extract import extract_prediction
-from python_tool import execute_python_code
 
 from astuner import ModelTuner, Workflow, WorkflowOutput, WorkflowTask
+from astuner.tools import python_code_tool
+
+# AgentScope's execute_python_code, confined; the model's `timeout` is cut to 10 s.
+execute_python_code = python_code_tool(max_timeout=10)
 
 SYSTEM_PROMPT = """You are an agent specialized in solving math problems with tools.
 Please solve the math problem given to you.

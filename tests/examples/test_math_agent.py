@@ -1,14 +1,12 @@
-"""The math-agent tutorial: its configs, its confined Python tool, and a debug run on GSM8K with SmolLM2."""
+"""The math-agent tutorial: its configs, its (confined) Python tool, and a debug run on GSM8K with SmolLM2."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import ModuleType
 
@@ -38,8 +36,8 @@ def astuner(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str
 
 
 @pytest.fixture(scope="module")
-def python_tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("math_agent_python_tool", EXAMPLE / "python_tool.py")
+def workflow() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("math_agent_workflow", EXAMPLE / "workflow.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -66,77 +64,25 @@ def test_data_preview_shows_gsm8k_from_the_local_copy() -> None:
     assert "#### 72" in text and "train-1" in text
 
 
-def run_tool(python_tool: ModuleType, code: str, **limits: object) -> tuple[int, str, str]:
-    return asyncio.run(python_tool.run_python(code, **limits))
-
-
-def test_tool_runs_code_and_reports_errors(python_tool: ModuleType) -> None:
-    assert run_tool(python_tool, "print(sum(range(10)))") == (0, "45\n", "")
-    code, out, err = run_tool(python_tool, "1/0")
-    assert code == 1 and "ZeroDivisionError" in err
-    code, out, _ = run_tool(python_tool, "import os; print(' '.join(os.environ)); print(os.getcwd())")
-    names, cwd = out.splitlines()
-    assert set(names.split()) <= {"PATH", "HOME", "PYTHONUTF8", "PYTHONIOENCODING", "LC_CTYPE"}
-    assert Path(cwd).parent.name.startswith("math-agent-python-")
-
-
-def test_tool_stops_code_at_the_time_limit(python_tool: ModuleType) -> None:
-    code, out, err = run_tool(python_tool, "print('start', flush=True)\nwhile True: pass", timeout_s=5)
-    assert code == -1
-    assert out == "start\n"  # what it printed before the limit comes back
-    assert "ran longer than 5 s and was stopped" in err
-
-
-def test_tool_stops_what_the_code_left_running(python_tool: ModuleType) -> None:
-    code = "import subprocess; print(subprocess.Popen(['sleep', '60']).pid)"
-    returncode, out, _ = run_tool(python_tool, code, timeout_s=30)
-    assert returncode == 0
-    stat = Path(f"/proc/{int(out)}/stat")
-
-    def running() -> bool:  # gone, or a zombie its new parent has not reaped, counts as stopped
-        with contextlib.suppress(FileNotFoundError):
-            return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-        return False
-
-    deadline = time.monotonic() + 10  # SIGKILL was sent; let the kernel finish it
-    while running() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not running()
-
-
-def test_tool_has_no_network_by_default(python_tool: ModuleType) -> None:
-    dial = "import socket; socket.create_connection(('127.0.0.1', 9), timeout=2)"
-    code, _, err = run_tool(python_tool, dial)
-    assert code == 1 and "network access is disabled" in err
-    # even below Python's socket wrapper, the process has no route anywhere
-    raw = "import _socket; s = _socket.socket(); s.settimeout(2); s.connect(('1.1.1.1', 80))"
-    code, _, err = run_tool(python_tool, raw)
-    assert code == 1 and "OSError" in err
-
-
-def test_tool_allows_loopback_network_when_asked(python_tool: ModuleType) -> None:
-    listen = "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
-    connect = "socket.create_connection(s.getsockname(), timeout=2); print('connected')"
-    assert run_tool(python_tool, listen + connect, allow_network=True)[:2] == (0, "connected\n")
-    assert run_tool(python_tool, listen + connect)[0] == 1
-
-
-def test_tool_output_is_clipped(python_tool: ModuleType) -> None:
-    _, out, _ = run_tool(python_tool, "print('x' * 100_000)")
-    assert len(out) < python_tool.MAX_OUTPUT_CHARS + 100
-    assert "output cut at" in out
-
-
-def test_model_sees_only_the_code_parameter(python_tool: ModuleType) -> None:
+def test_the_agent_gets_astuners_confined_python_tool(workflow: ModuleType) -> None:
     from agentscope.tool import Toolkit
 
+    from astuner.tools.unconfined import is_unconfined_python_tool
+
     toolkit = Toolkit()
-    toolkit.register_tool_function(python_tool.execute_python_code)
+    toolkit.register_tool_function(workflow.execute_python_code)
     (schema,) = toolkit.get_json_schemas()
     assert schema["function"]["name"] == "execute_python_code"
-    assert list(schema["function"]["parameters"]["properties"]) == ["code"]
-    reply = asyncio.run(python_tool.execute_python_code("print(6 * 7)"))
+    assert list(schema["function"]["parameters"]["properties"]) == ["code", "timeout"]  # as AgentScope's
+    assert not is_unconfined_python_tool(schema)  # no "unconfined tool" warning for the tutorial
+    assert workflow.execute_python_code.limits.effective_timeout(300) == 10  # the model asks; 10 s at most
+
+
+def test_the_tool_runs_the_models_code(workflow: ModuleType) -> None:
+    reply = asyncio.run(workflow.execute_python_code("print(6 * 7)"))
     assert reply.content[0]["text"] == "<returncode>0</returncode><stdout>42\n</stdout><stderr></stderr>"
+    reply = asyncio.run(workflow.execute_python_code("import os; print(os.listdir(os.path.expanduser('~')))"))
+    assert reply.content[0]["text"].startswith("<returncode>0</returncode><stdout>[")  # its own empty home
 
 
 @pytest.mark.slow

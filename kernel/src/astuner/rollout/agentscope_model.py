@@ -16,6 +16,7 @@ from typing import Any
 from astuner.core.trajectory import LLMCall
 from astuner.rollout.gateway import openai_tool_calls
 from astuner.rollout.model_tuner import ModelTuner
+from astuner.tools.unconfined import warn_if_unconfined_python_tool
 
 
 def to_chat_response(call: LLMCall, started: float) -> Any:
@@ -75,6 +76,7 @@ def agentscope_model_tuner_class() -> type[ModelTuner]:
             **kwargs: Any,
         ) -> Any:
             started = time.perf_counter()
+            warn_if_unconfined_python_tool(tools)  # AgentScope's own runs model code unconfined
             if tool_choice is not None:
                 self._validate_tool_choice(tool_choice, tools)
             call = await self.chat(messages, None if tool_choice == "none" else tools)

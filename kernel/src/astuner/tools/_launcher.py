@@ -1,0 +1,420 @@
+"""The program that runs inside the sandbox, before and around the model's code.
+
+`astuner.tools.run` starts it as `python -I -S -c <this file's text> <plan as JSON>`
+(inside bwrap, inside `unshare`, or bare), with the code on stdin, the output
+files as stdout/stderr, and a status file descriptor. It is sent as text, not
+imported, because in the sandbox the folder it lives in may be hidden; so it
+uses the standard library only and never imports astuner.
+
+It does, in order:
+
+1. (`unshare` only) build the read-only view of the filesystem: every mount
+   read-only, empty tmpfs over the hidden folders (home, project, /run, ...),
+   the interpreter's folders bound back read-only, a fresh /tmp, a minimal
+   /dev, and the working directory as a small writable tmpfs. bwrap does the
+   same from its command line, so this step is skipped there.
+2. Write the code to `<workdir>/main.py` and fork: this process stays as a
+   small init that waits for the code, reaps orphans (it is the child
+   subreaper), and on exit or SIGTERM kills every process left below it.
+3. In the child: drop root to `nobody` where the interpreter is readable by
+   it, enter a user namespace of its own (so RLIMIT_NPROC counts this
+   sandbox's processes only, and the mounts above are locked), set the
+   rlimits, and `exec` a plain `python main.py`.
+
+The limits are set here rather than through `preexec_fn`: `preexec_fn` is not
+safe in a threaded parent (a trainer is), and RLIMIT_NPROC only means "this
+sandbox's processes" once the user namespace exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import resource
+import signal
+import stat
+import sys
+import time
+
+# <linux/sched.h>, <sys/mount.h>, <linux/prctl.h>, <linux/mount.h>
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
+AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY, SYS_MOUNT_SETATTR = -100, 0x8000, 1, 442
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+NAMESPACES = True  # False: behave as on a kernel that refuses new namespaces (tests of the fallbacks)
+
+_libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def _call(name: str, *args: object) -> None:
+    """Call a libc function, raising OSError with its errno on failure."""
+    assert _libc is not None
+    if getattr(_libc, name)(*args) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{name}{args[:2]}: {os.strerror(errno)}")
+
+
+def _b(text: str | None) -> bytes | None:
+    return None if text is None else os.fsencode(text)
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    _call("mount", _b(source), _b(target), _b(fstype), ctypes.c_ulong(flags), _b(data))
+
+
+def tmpfs(target: str, mode: str, size_mb: int, flags: int = MS_NOSUID | MS_NODEV) -> None:
+    os.makedirs(target, exist_ok=True)
+    mount("tmpfs", target, "tmpfs", flags, f"mode={mode},size={max(1, size_mb)}m")
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in ("attr_set", "attr_clr", "propagation", "userns_fd")]
+
+
+def set_read_only(path: str, read_only: bool, recursive: bool) -> bool:
+    """mount_setattr(2) (Linux 5.12+): flip the read-only flag of a mount (tree). False if unsupported."""
+    assert _libc is not None
+    attr = _MountAttr(MOUNT_ATTR_RDONLY if read_only else 0, 0 if read_only else MOUNT_ATTR_RDONLY, 0, 0)
+    flags = AT_RECURSIVE if recursive else 0
+    result = _libc.syscall(
+        SYS_MOUNT_SETATTR, AT_FDCWD, _b(path), flags, ctypes.byref(attr), ctypes.sizeof(attr)
+    )
+    if result == 0:
+        return True
+    if ctypes.get_errno() == 38:  # ENOSYS: an older kernel
+        return False
+    raise OSError(ctypes.get_errno(), f"mount_setattr {path}: {os.strerror(ctypes.get_errno())}")
+
+
+def _mount_points() -> list[str]:
+    points = []
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        for line in f:
+            point = line.split()[4]
+            for code in ("\\040", "\\011", "\\012", "\\134"):
+                point = point.replace(code, chr(int(code[1:], 8)))
+            points.append(point)
+    return points
+
+
+def remount_all_read_only(writable: set[str], use_setattr: bool = True) -> None:
+    """Make every mount read-only except `writable` (and /proc, which namespaced ids write to)."""
+    keep_writable = {*writable, "/proc"}
+    if use_setattr and set_read_only("/", True, recursive=True):
+        for path in keep_writable:
+            set_read_only(path, False, recursive=False)
+        return
+    # Older kernels: one remount per mount point, keeping the flags a user namespace locks.
+    for point in _mount_points():
+        if point in keep_writable or point.startswith("/proc/"):
+            continue
+        try:
+            st = os.statvfs(point)
+        except OSError:
+            continue  # covered by a later mount
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+        for st_flag, ms_flag in (
+            (os.ST_NOSUID, MS_NOSUID),
+            (os.ST_NODEV, MS_NODEV),
+            (os.ST_NOEXEC, MS_NOEXEC),
+            (os.ST_NOATIME, MS_NOATIME),
+            (os.ST_NODIRATIME, MS_NODIRATIME),
+            (os.ST_RELATIME, MS_RELATIME),
+        ):
+            if st.f_flag & st_flag:
+                flags |= ms_flag
+        try:
+            mount(None, point, None, flags)
+        except OSError:
+            if point == "/":
+                raise
+
+
+def build_filesystem(plan: dict) -> None:
+    """The `unshare` backend's view: what bwrap's `--ro-bind / / --tmpfs ... --bind ...` gives."""
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    # Hold what must reappear under the tmpfs mounts: a mount over a folder hides its old content by path,
+    # not for an open descriptor, and /proc/self/fd/N binds it back.
+    kept = {path: os.open(path, os.O_PATH) for path in plan["keep"] if os.path.exists(path)}
+    devices = {name: os.open(f"/dev/{name}", os.O_PATH) for name in DEVICES if os.path.exists(f"/dev/{name}")}
+    for path in plan["hide"]:
+        if os.path.isdir(path) and not os.path.islink(path):
+            tmpfs(path, "0755", 1, MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    tmpfs("/tmp", "1777", plan["tmp_mb"])
+    tmpfs("/dev", "0755", 1, MS_NOSUID | MS_NOEXEC)
+    for name, fd in devices.items():
+        open(f"/dev/{name}", "w").close()
+        mount(f"/proc/self/fd/{fd}", f"/dev/{name}", None, MS_BIND)
+        os.close(fd)
+    os.symlink("/proc/self/fd", "/dev/fd")
+    for number, name in enumerate(("stdin", "stdout", "stderr")):
+        os.symlink(f"/proc/self/fd/{number}", f"/dev/{name}")
+    tmpfs("/dev/shm", "1777", plan["tmp_mb"])
+    for path, fd in kept.items():
+        if not os.path.exists(path):
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                os.makedirs(path)
+            else:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                open(path, "w").close()
+        mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        os.close(fd)
+    tmpfs(plan["workdir"], "0777", plan["disk_mb"])
+    remount_all_read_only({"/tmp", "/dev/shm", plan["workdir"]})
+
+
+def readable_by_others(paths: list[str]) -> bool:
+    """Whether `nobody` could run this interpreter: every folder on the way searchable, the files readable."""
+    for path in paths:
+        parts = os.path.abspath(path).split("/")
+        for i in range(1, len(parts) + 1):
+            try:
+                mode = os.stat("/".join(parts[:i]) or "/").st_mode
+            except OSError:
+                return False
+            if not mode & stat.S_IXOTH or (i == len(parts) and not mode & stat.S_IROTH):
+                return False
+    return True
+
+
+def in_initial_user_namespace() -> bool:
+    try:
+        with open("/proc/self/uid_map", encoding="ascii") as f:
+            return f.read().split() == ["0", "0", "4294967295"]
+    except OSError:
+        return True
+
+
+def enter_user_namespace(extra_flags: int, inner_uid: int, inner_gid: int) -> bool:
+    """A user namespace of our own, we being `inner_uid` in it: RLIMIT_NPROC counts its processes apart."""
+    uid, gid = os.geteuid(), os.getegid()
+    if _libc is None or not NAMESPACES or _libc.unshare(CLONE_NEWUSER | extra_flags) != 0:
+        return False
+    # /proc/self belongs to root while the process is not dumpable (the init made itself so, and
+    # a change of ids does it too): we could not write our own maps.
+    _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+    maps = (("setgroups", "deny"), ("uid_map", f"{inner_uid} {uid} 1"), ("gid_map", f"{inner_gid} {gid} 1"))
+    for name, text in maps:
+        with open(f"/proc/self/{name}", "w", encoding="ascii") as f:
+            f.write(text)
+    return True
+
+
+def count_tasks_of(uid: int) -> int:
+    """Threads of `uid` on the host: RLIMIT_NPROC counts them all when there is no user namespace."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status", encoding="ascii", errors="replace") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
+            continue
+        if fields.get("Uid", "").split()[:1] == [str(uid)]:
+            total += int(fields.get("Threads", "1").strip() or 1)
+    return total
+
+
+NETWORK_BLOCKER = """import runpy, socket, sys
+def _refuse(*args, **kwargs):
+    raise OSError("network access is disabled in execute_python_code")
+for _name in ("connect", "connect_ex", "sendto"):
+    setattr(socket.socket, _name, _refuse)
+socket.getaddrinfo = socket.gethostbyname = socket.create_connection = _refuse
+sys.argv = sys.argv[1:]
+sys.path[0] = __import__("os").path.dirname(sys.argv[0])
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def nobody() -> tuple[int, int]:
+    """The ids of the `nobody` account (65534 on Linux, -2 on macOS)."""
+    try:
+        import pwd
+
+        entry = pwd.getpwnam("nobody")
+        return entry.pw_uid, entry.pw_gid
+    except (ImportError, KeyError):
+        return 65534, 65534
+
+
+def drop_to(uid: int, gid: int) -> None:
+    os.setgroups([])
+    if hasattr(os, "setresuid"):
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+    else:  # macOS
+        os.setgid(gid)
+        os.setuid(uid)
+
+
+def become_the_code(plan: dict, status: int) -> None:
+    """In the forked child: identity, namespace, limits, then exec the code. Never returns."""
+    notes = []
+    sandboxed = plan["mode"] != "none"
+    real_root = os.geteuid() == 0 and in_initial_user_namespace()
+    if real_root and plan["drop_root"] and readable_by_others(plan["interpreter"]):
+        uid, gid = nobody()
+        if not sandboxed:  # a plain folder of root's; in a sandbox it is a tmpfs open to all
+            os.chown(plan["workdir"], uid, gid)
+        drop_to(uid, gid)
+    # The kernel never applies RLIMIT_NPROC to the real root (kuid 0), in any user namespace.
+    kernel_root = os.geteuid() == 0 and in_initial_user_namespace()
+    if kernel_root:
+        notes.append("real root")
+    # Under `unshare --map-root-user` we are root of that namespace only: the code gets the caller's ids back.
+    inner_uid, inner_gid = os.geteuid(), os.getegid()
+    if inner_uid == 0 and not in_initial_user_namespace():
+        inner_uid, inner_gid = plan["caller_uid"], plan["caller_gid"]
+    if sandboxed:  # bwrap and unshare cut the network already, unless it is allowed
+        # a new mount namespace, owned by the new user namespace, locks the mounts made above
+        own_userns = enter_user_namespace(CLONE_NEWNS, inner_uid, inner_gid)
+        if not own_userns and os.geteuid() == 0:
+            # still root with capabilities over these mounts: it could unmount what hides the home folder
+            raise PermissionError("no user namespace to drop root's capabilities in; not running the code")
+        network = "open" if plan["network"] else "cut"
+    elif plan["network"]:
+        own_userns, network = enter_user_namespace(0, inner_uid, inner_gid), "open"
+    else:
+        own_userns = enter_user_namespace(CLONE_NEWNET, inner_uid, inner_gid)
+        cut = own_userns or (_libc is not None and NAMESPACES and _libc.unshare(CLONE_NEWNET) == 0)
+        network = "cut" if cut else "python-only"
+    # RLIMIT_NPROC counts the real user's tasks in the current user namespace: with a namespace of
+    # our own the count is this sandbox's alone; without, the user's tasks everywhere are counted.
+    limits = plan["limits"]
+    nproc = limits["nproc"]
+    if nproc is None:
+        notes.append("nproc unlimited")
+    elif kernel_root:
+        notes.append("nproc unenforced")
+    elif own_userns or not in_initial_user_namespace():
+        notes.append("nproc sandbox")
+    elif not os.path.isdir("/proc"):  # macOS: the user's processes cannot be counted; leave it
+        nproc = None
+        notes.append("nproc unset")
+    else:
+        nproc += count_tasks_of(os.getuid())
+        notes.append("nproc host-count")
+    for which, value in (
+        (resource.RLIMIT_CPU, limits["cpu_s"]),
+        (resource.RLIMIT_AS, limits["as_bytes"]),
+        (resource.RLIMIT_FSIZE, limits["fsize_bytes"]),
+        (resource.RLIMIT_NOFILE, limits["nofile"]),
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_NPROC, nproc),
+    ):
+        if value is None:
+            continue
+        hard = resource.getrlimit(which)[1]
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        try:
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):  # macOS refuses some (RLIMIT_AS); Linux does not
+            notes.append(f"rlimit {which} not set")
+    notes.append(f"uid {os.geteuid()}")
+    notes.append(f"network {network}")
+    os.write(status, ("\n".join(notes) + "\n").encode())
+    os.close(status)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.chdir(plan["workdir"])
+    if _libc is not None:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # last: a change of ids clears it
+    argv = [sys.executable, "-E", "-s", "-u", "-X", "utf8"]
+    if network == "python-only":
+        argv += ["-c", NETWORK_BLOCKER]
+    os.execve(sys.executable, [*argv, plan["script"]], plan["env"])
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    if int(f.read().rsplit(b")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
+def kill_everything_below(deadline_s: float = 5.0) -> None:
+    """SIGKILL our children until none is left; orphans (setsid ones too) come back to us as subreaper."""
+    if not os.path.isdir("/proc"):
+        return
+    me, deadline = os.getpid(), time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        for pid in children_of(me):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            return
+        time.sleep(0.005)
+
+
+def main() -> None:
+    global NAMESPACES
+    plan = json.loads(sys.argv[1])
+    NAMESPACES = plan.get("namespaces", True)
+    status = plan["status_fd"]
+    if plan.get("cgroup"):  # best effort: the subreaper sweep below works without it
+        with contextlib.suppress(OSError), open(os.path.join(plan["cgroup"], "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+    if plan["mode"] == "unshare":
+        build_filesystem(plan)
+    code = sys.stdin.buffer.read()
+    with open(plan["script"], "wb") as f:
+        f.write(code)
+    if _libc is not None:
+        _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # the code may not ptrace this process
+    child = os.fork()
+    if child == 0:
+        try:
+            become_the_code(plan, status)
+        except BaseException as error:  # a failure to confine: never run the code unconfined
+            where = error.__traceback__
+            while where is not None and where.tb_next is not None:
+                where = where.tb_next
+            line = f" (launcher line {where.tb_lineno})" if where is not None else ""
+            os.write(2, f"sandbox setup failed: {error!r}{line}\n".encode())
+        os._exit(126)
+
+    # In a sandbox, this process ending ends the PID namespace and all in it; without one, the sweep.
+    sweep = plan["mode"] == "none"
+
+    def stop(signum: int, frame: object) -> None:
+        if sweep:
+            kill_everything_below()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    while True:
+        try:
+            pid, wait_status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(0)
+        if pid == child:
+            break
+    if os.WIFSIGNALED(wait_status):
+        os.write(status, f"signal {os.WTERMSIG(wait_status)}\n".encode())
+    else:
+        os.write(status, f"exit {os.waitstatus_to_exitcode(wait_status)}\n".encode())
+    if sweep:
+        kill_everything_below()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""Noticing AgentScope's own, unconfined `execute_python_code` in a training run.
+
+A workflow that registers `agentscope.tool.execute_python_code` runs every
+piece of code the model writes with the trainer's user, files, environment
+and network. astuner only sees the tool list the agent sends with each
+model call (JSON schemas), so it recognises that tool by its name and its
+description, which is AgentScope's docstring (`astuner.tools`'s own
+description differs). It only warns, once per process: the workflow is the
+user's to write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import cache
+from typing import Any
+
+from astuner.tools.notices import warn_once, warned
+
+NAME = "execute_python_code"
+KEY = "unconfined-python-tool"
+
+
+@cache
+def agentscope_description() -> str | None:
+    """The description AgentScope's Toolkit gives its own `execute_python_code` (None without AgentScope)."""
+    try:
+        from agentscope.tool import Toolkit
+        from agentscope.tool import execute_python_code as unconfined
+    except Exception:
+        return None
+    toolkit = Toolkit()
+    toolkit.register_tool_function(unconfined)
+    (schema,) = toolkit.get_json_schemas()
+    return schema["function"]["description"]
+
+
+def is_unconfined_python_tool(tool: Any) -> bool:
+    """Whether an OpenAI-style tool schema is AgentScope's own `execute_python_code`."""
+    function = tool.get("function") if isinstance(tool, Mapping) else None
+    if not isinstance(function, Mapping) or function.get("name") != NAME:
+        return False
+    description = agentscope_description()
+    return description is not None and function.get("description", "").strip() == description.strip()
+
+
+def warn_if_unconfined_python_tool(tools: Sequence[Any] | None) -> None:
+    """Warn once per process if `tools` holds AgentScope's unconfined Python tool. Never raises."""
+    if not tools or warned(KEY):
+        return
+    try:
+        found = any(is_unconfined_python_tool(tool) for tool in tools)
+    except Exception:
+        return
+    if found:
+        warn_once(
+            KEY,
+            "the agent uses AgentScope's execute_python_code: the model's code runs unconfined, with this "
+            "process's user, files, environment variables and network, for as long as the model asks "
+            "(300 s by default). Use `from astuner.tools import execute_python_code` instead (same "
+            "tool, confined). See docs/security.md.",
+        )

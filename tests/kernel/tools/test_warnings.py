@@ -1,0 +1,87 @@
+"""The warnings: no sandbox (once per process), and AgentScope's unconfined tool in a training run."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from sandbox_parts import run
+
+from astuner.tools import backends, notices, run_python_sync
+
+
+@pytest.fixture
+def warnings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    logged: list[str] = []
+
+    class Logger:
+        def warning(self, message: str, **fields: Any) -> None:
+            logged.append(message)
+
+    monkeypatch.setattr(notices, "get_logger", Logger)
+    return logged
+
+
+def test_no_sandbox_is_said_once_with_what_is_missing(
+    monkeypatch: pytest.MonkeyPatch, warnings: list[str]
+) -> None:
+    reasons = {"bwrap": "bwrap is not installed", "unshare": "unshare failed: Operation not permitted"}
+    monkeypatch.setattr(backends, "probe", lambda sandbox: reasons.get(sandbox))
+    for _ in range(2):
+        result = run_python_sync("print(6 * 7)")
+        assert (result.sandbox, result.stdout) == ("none", "42\n")
+    (warning,) = [w for w in warnings if "WITHOUT a sandbox" in w]
+    assert "bwrap is not installed" in warning and "Operation not permitted" in warning
+
+
+def test_without_a_sandbox_the_limits_still_apply() -> None:
+    result = run("while True: pass", "none", timeout=0.5)
+    assert result.timed_out and result.returncode == -1
+
+
+def test_agentscopes_own_tool_is_warned_about_once(warnings: list[str]) -> None:
+    agentscope_tool = pytest.importorskip("agentscope.tool")
+    from astuner.core.trajectory import LLMCall
+    from astuner.rollout.agentscope_model import agentscope_model_tuner_class
+    from astuner.tools import execute_python_code
+
+    def tools(function: Any) -> list[dict]:
+        toolkit = agentscope_tool.Toolkit()
+        toolkit.register_tool_function(function)
+        return toolkit.get_json_schemas()
+
+    model = object.__new__(agentscope_model_tuner_class())  # only __call__ is exercised
+
+    async def chat(messages: list, tools: list | None) -> LLMCall:
+        return LLMCall(content="ok")
+
+    model.chat = chat  # type: ignore[method-assign]
+    asyncio.run(model([{"role": "user", "content": "hi"}], tools=tools(execute_python_code)))
+    assert warnings == []  # astuner's confined tool: nothing to say
+    unconfined = tools(agentscope_tool.execute_python_code)
+    for _ in range(3):
+        asyncio.run(model([{"role": "user", "content": "hi"}], tools=unconfined))
+    (warning,) = warnings
+    assert "AgentScope's execute_python_code" in warning and "astuner.tools" in warning
+
+
+def test_without_any_namespace_only_pythons_sockets_refuse(
+    monkeypatch: pytest.MonkeyPatch, host_listener: tuple[str, int]
+) -> None:
+    monkeypatch.setattr("astuner.tools.run.NAMESPACES", False)  # as in a container that forbids them
+    code = f"""
+import socket, _socket
+try:
+    socket.create_connection({host_listener!r}, timeout=2)
+except OSError as error:
+    print(error)
+raw = _socket.socket()
+raw.settimeout(2)
+raw.connect({host_listener!r})
+print("raw connected")
+"""
+    result = run(code, "none")
+    assert "network python-only" in result.notes
+    refused = "network access is disabled in execute_python_code"
+    assert result.stdout.splitlines() == [refused, "raw connected"]  # `_socket` gets past: the gap
