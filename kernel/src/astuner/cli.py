@@ -30,6 +30,7 @@ from astuner.errors import AstunerError
 from astuner.launch import prepare_run
 from astuner.logs import configure_logging
 from astuner.plugins import Plugins, kernel_version
+from astuner.rollout.watchdog import own_stop_signals
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -267,5 +268,7 @@ def main() -> None:
         _State.verbose = True
         argv = [a for a in argv if a not in ("--verbose", "-v")]
     configure_logging(verbose=_State.verbose)
+    # This process is astuner's own: Ctrl-C and SIGTERM stop a run even when a workflow blocks its loop.
+    own_stop_signals()
     app = make_app()
     app(args=normalise_argv(argv), prog_name="astuner")

@@ -24,6 +24,12 @@ Once made, the environment is released after judging on every path
 (awaited) or `close()`. A judge that needs the live environment defines
 `async judge_rollout(workflow_task, output)`, which the runner calls
 instead of `judge(task, output)`.
+
+Blocking workflows: a workflow that blocks the event loop (`time.sleep` in
+async code) would stall the timeout and Ctrl-C with it. The loop watchdog
+(`astuner.rollout.watchdog`) interrupts it where it blocks once its
+rollout is past `rollout_timeout`; under the `astuner` command, `run()`
+also keeps SIGINT/SIGTERM working meanwhile (a second one exits at once).
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from astuner.rollout.agentscope_model import model_tuner_class
 from astuner.rollout.engine import SamplingParams
 from astuner.rollout.gateway import Gateway
 from astuner.rollout.model_tuner import ModelTuner
+from astuner.rollout.watchdog import LoopBlocked, watch_rollout, watch_run
 
 if TYPE_CHECKING:
     from astuner.rollout.auxiliary import AuxiliaryModel
@@ -117,7 +124,7 @@ class RolloutRunner:
             for repeat in range(num_repeat)
         ]
         async with self._executor_session():
-            with tracker:
+            with tracker, watch_run():
                 return list(await asyncio.gather(*jobs))
 
     @asynccontextmanager
@@ -187,14 +194,17 @@ class RolloutRunner:
         output = None
         try:
             try:
-                output = await asyncio.wait_for(
-                    self._episode(workflow_task, tuner), self.settings.rollout_timeout
-                )
+                with watch_rollout(rollout_id, self.settings.rollout_timeout):
+                    output = await asyncio.wait_for(
+                        self._episode(workflow_task, tuner), self.settings.rollout_timeout
+                    )
             except asyncio.TimeoutError:
                 error = (
                     f"Timeout: the rollout ran longer than {self.settings.rollout_timeout:g} s "
                     "(rollout.rollout_timeout) and was cancelled."
                 )
+            except LoopBlocked as exc:
+                error = f"{exc}\nWhere it blocked:\n{traceback.format_exc()}"
             except Exception:
                 error = traceback.format_exc()
             finally:

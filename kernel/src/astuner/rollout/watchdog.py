@@ -1,0 +1,424 @@
+"""The loop watchdog: rollout timeouts and Ctrl-C keep working when a workflow blocks the event loop.
+
+The problem. Rollouts, the gateway and the engine calls share one asyncio
+loop in the main thread (see `astuner.rollout.gateway`). A workflow that
+makes a blocking call on it (`time.sleep`, `requests.get`, a long CPU loop)
+stops the loop and everything it would do: `asyncio.wait_for` never fires
+`rollout.rollout_timeout`, and SIGINT/SIGTERM, turned into flags or loop
+callbacks, are never acted on; only SIGKILL ended such a run.
+
+The design. While a runner uses the loop, the loop beats a heartbeat (a
+`call_later` callback every 0.25 s) and a daemon thread watches it. The
+thread never touches the loop or the rollouts: all it can do is interrupt
+the main thread with `signal.pthread_kill(main, SIGUSR1)`. Python runs the
+SIGUSR1 handler in the main thread, inside the blocking call (`time.sleep`,
+socket reads and lock waits return EINTR; pure-Python loops are stopped
+between bytecodes), and the handler raises `LoopBlocked` (an `Exception`)
+right there: the workflow's own `finally` blocks run, the runner records the
+rollout as an error saying what went wrong, and the other rollouts go on.
+
+It fires only when it must:
+
+- The thread fires only when the heartbeat is at least 1 s late and some
+  running rollout is past its deadline (its start plus `rollout_timeout`,
+  the moment `asyncio.wait_for` would have cut it). It reads the heartbeat
+  again right before firing, and the handler reads it a third time.
+- The handler raises only inside a rollout past its own deadline: the
+  running rollout is a context variable set around the workflow (tasks the
+  workflow spawns inherit it). Anywhere else (the runner, the judge, the
+  engine, asyncio itself, this module, a rollout still within its time, a
+  debugger stopped at a breakpoint) it returns, the interrupted call
+  resumes (PEP 475), and the thread waits for the loop to move again.
+- It is armed only while rollouts run; heartbeat, thread and handler exist
+  only while a runner uses the loop, and the previous SIGUSR1 handler comes
+  back after. A SIGUSR1 handler installed outside Python (such as
+  `faulthandler.register`) is never replaced: the watchdog then stays off.
+- Only a loop in the main thread can be interrupted (Python runs signal
+  handlers there): a runner in another thread (a foreign engine's worker)
+  gets no watchdog and no signal handling, as before.
+
+Signals. The gateway's uvicorn no longer captures SIGINT and SIGTERM, so a
+library caller (`astuner.tune()`, a notebook, a foreign engine's worker)
+keeps its own handlers, Python's default KeyboardInterrupt included (it too
+is raised inside the blocking call). Where the process is astuner's own
+(the `astuner` command calls `own_stop_signals()`), `RolloutRunner.run`
+takes SIGINT and SIGTERM while it runs (a signal the process ignores stays
+ignored, as under nohup). The first one prints one line and stops the run: a loop callback
+raises KeyboardInterrupt (SIGINT) or SystemExit(143) (SIGTERM), so asyncio
+cancels the rollouts and the stack closes the gateway and engines as usual.
+If the loop is blocked and has not run that callback within 1 s, the
+watchdog interrupts the blocking call with `LoopBlocked` (and, should the
+workflow swallow that and block again, with the stop exception itself). A
+second SIGINT or SIGTERM exits at once, `os._exit(130 or 143)` after one
+line, whatever the process is doing, for the rest of its life.
+
+Limits. Python can only interrupt code that returns to the interpreter: a
+C extension that blocks while holding the GIL, or retries EINTR without
+checking for signals, is waited for, even by the second Ctrl-C; SIGKILL
+remains. `rollout_timeout` still counts wall time: a rollout blocked by
+another rollout's blocking call may time out once the loop comes back.
+
+Why not run each workflow in a thread of its own: engine calls would have
+to be marshalled back to the loop, breakpoints in workflow code would no
+longer stop in the main thread (`debug` backbone), and a blocked thread
+still cannot be stopped, only abandoned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bdb
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from contextvars import ContextVar
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any, ClassVar, NoReturn
+
+from astuner.logs import get_logger
+
+HEARTBEAT_S = 0.25
+"""How often the loop proves it is alive."""
+BLOCKED_S = 1.0
+"""A loop whose heartbeat is this late counts as blocked."""
+STOP_GRACE_S = 1.0
+"""How long a stop signal waits for the loop before the blocking call is interrupted."""
+_TICK_S = 0.1
+_INTERRUPT = getattr(signal, "SIGUSR1", None)
+_STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM") if hasattr(signal, name))
+
+_warned_off = False
+_owns_stop_signals = False
+
+Handler = Callable[[int, FrameType | None], Any] | int | None
+
+
+class LoopBlocked(Exception):
+    """Raised inside a call that kept the event loop blocked past its rollout's timeout, or at a stop."""
+
+
+def blocked_message(blocked_s: float, timeout_s: float) -> str:
+    return (
+        f"Timeout: the workflow blocked the event loop for {blocked_s:.1f} s (a blocking call such as "
+        f"time.sleep inside async code) and was interrupted after rollout.rollout_timeout "
+        f"({timeout_s:g} s). A blocking call stalls every rollout: use `await asyncio.sleep(...)` and "
+        "async clients, or run blocking work in a thread with `await asyncio.to_thread(...)`."
+    )
+
+
+@dataclass(eq=False)
+class _Rollout:
+    rollout_id: str
+    timeout: float
+    deadline: float
+
+
+_CURRENT: ContextVar[_Rollout | None] = ContextVar("astuner_watched_rollout", default=None)
+
+
+def own_stop_signals() -> None:
+    """The process is astuner's own (the command line): runs take SIGINT and SIGTERM as described above."""
+    global _owns_stop_signals
+    _owns_stop_signals = True
+
+
+@contextmanager
+def watch_run() -> Iterator[None]:
+    """Around a whole `RolloutRunner.run`: the watchdog, and SIGINT/SIGTERM if `own_stop_signals()`."""
+    watchdog = LoopWatchdog.for_running_loop()
+    if watchdog is None:
+        yield
+        return
+    with watchdog.session(stop_signals=_owns_stop_signals):
+        yield
+
+
+@contextmanager
+def watch_rollout(rollout_id: str, timeout: float) -> Iterator[None]:
+    """Around one rollout's workflow: interrupted where it blocks the loop past `timeout` seconds."""
+    watchdog = LoopWatchdog.for_running_loop()
+    if watchdog is None:
+        yield
+        return
+    with watchdog.rollout(rollout_id, timeout):
+        yield
+
+
+class LoopWatchdog:
+    """The watchdog of one event loop running in the main thread; shared by every runner on it."""
+
+    _instances: ClassVar[dict[int, LoopWatchdog]] = {}
+
+    @classmethod
+    def for_running_loop(cls) -> LoopWatchdog | None:
+        """The running loop's watchdog; None where Python cannot interrupt it (not the main thread)."""
+        if _INTERRUPT is None or not hasattr(signal, "pthread_kill"):
+            return None
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        loop = asyncio.get_running_loop()
+        watchdog = cls._instances.get(id(loop))
+        if watchdog is None or watchdog.loop is not loop:
+            watchdog = cls._instances[id(loop)] = cls(loop)
+        return watchdog
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._main = threading.main_thread().ident or 0
+        self._lock = threading.Lock()
+        self._users = 0
+        self._rollouts: set[_Rollout] = set()
+        self._beat = time.monotonic()
+        self._beat_handle: asyncio.TimerHandle | None = None
+        self._thread: threading.Thread | None = None
+        self._quit = threading.Event()
+        self._fired = False  # an interrupt is on its way to the handler
+        self._hold = (math.nan, 0.0)  # (heartbeat, until): no timeout interrupt for this blocked stretch
+        self._interrupt_handler = self._on_interrupt
+        self._previous_interrupt: Handler = None
+        self._stop_handler = self._on_stop_signal
+        self._previous_stop: dict[int, Handler] = {}
+        self._stop_users = 0
+        self._stop: int | None = None
+        self._stop_at = 0.0
+        self._stop_retry_at = 0.0
+        self._stop_interrupts = 0
+        self._stop_interrupted: tuple[Any, float] | None = None
+        self._stop_delivered = False
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    @contextmanager
+    def session(self, *, stop_signals: bool = False) -> Iterator[None]:
+        """The watchdog runs while at least one session is open; `stop_signals` takes SIGINT/SIGTERM."""
+        self._acquire()
+        try:
+            if stop_signals:
+                self._take_stop_signals()
+            try:
+                yield
+            finally:
+                if stop_signals:
+                    self._give_back_stop_signals()
+        finally:
+            self._release()
+
+    @contextmanager
+    def rollout(self, rollout_id: str, timeout: float) -> Iterator[None]:
+        """Arms the watchdog for one rollout, whose deadline is `timeout` seconds from now."""
+        with self.session():
+            record = _Rollout(rollout_id, timeout, time.monotonic() + timeout)
+            token = _CURRENT.set(record)
+            with self._lock:
+                self._rollouts.add(record)
+            try:
+                yield
+            finally:
+                with self._lock:
+                    self._rollouts.discard(record)
+                _CURRENT.reset(token)
+
+    def _acquire(self) -> None:
+        self._users += 1
+        if self._users > 1 or self._thread is not None:
+            return
+        current = signal.getsignal(_INTERRUPT)
+        if current is None:
+            global _warned_off
+            if not _warned_off:
+                _warned_off = True
+                get_logger().warning(
+                    "the loop watchdog is off: SIGUSR1 has a handler from outside Python, so a workflow "
+                    "that blocks the event loop cannot be interrupted"
+                )
+            return
+        if current != self._interrupt_handler:
+            self._previous_interrupt = current
+            signal.signal(_INTERRUPT, self._interrupt_handler)
+        self._beat = time.monotonic()
+        self._beat_handle = self.loop.call_later(HEARTBEAT_S, self._heartbeat)
+        self._quit.clear()
+        self._thread = threading.Thread(target=self._watch, name="astuner-loop-watchdog", daemon=True)
+        self._thread.start()
+
+    def _release(self) -> None:
+        self._users -= 1
+        if self._users > 0:
+            return
+        if self._thread is not None:
+            self._quit.set()
+            self._thread.join()
+            self._thread = None
+        if self._beat_handle is not None:
+            self._beat_handle.cancel()
+            self._beat_handle = None
+        # An interrupt still on its way finds our (then idle) handler rather than SIGUSR1's default.
+        if not self._fired and signal.getsignal(_INTERRUPT) == self._interrupt_handler:
+            signal.signal(_INTERRUPT, self._previous_interrupt or signal.SIG_DFL)
+        if self._instances.get(id(self.loop)) is self:
+            del self._instances[id(self.loop)]
+
+    def _heartbeat(self) -> None:
+        self._beat = time.monotonic()
+        self._beat_handle = self.loop.call_later(HEARTBEAT_S, self._heartbeat)
+
+    # -- the watching thread ----------------------------------------------------------------
+
+    def _watch(self) -> None:
+        while not self._quit.wait(_TICK_S):
+            self._check()
+
+    def _check(self) -> None:
+        if self._fired:
+            return
+        now, beat = time.monotonic(), self._beat
+        if now - beat < BLOCKED_S:
+            return
+        if not (self._stop_due(now) or self._timeout_due(now, beat)):
+            return
+        if time.monotonic() - self._beat < BLOCKED_S:  # the loop came back meanwhile
+            return
+        self._fired = True
+        try:
+            signal.pthread_kill(self._main, _INTERRUPT)  # type: ignore[arg-type]
+        except (OSError, ValueError):
+            self._fired = False
+
+    def _stop_due(self, now: float) -> bool:
+        return (
+            self._stop is not None
+            and not self._stop_delivered
+            and now - self._stop_at >= STOP_GRACE_S
+            and now >= self._stop_retry_at
+        )
+
+    def _timeout_due(self, now: float, beat: float) -> bool:
+        held_beat, until = self._hold
+        if held_beat == beat and now < until:
+            return False
+        with self._lock:
+            deadlines = [rollout.deadline for rollout in self._rollouts]
+        return bool(deadlines) and now >= min(deadlines)
+
+    # -- the main thread's handlers ---------------------------------------------------------
+
+    def _on_interrupt(self, signum: int, frame: FrameType | None) -> None:
+        """SIGUSR1, in the main thread: raise where the loop is blocked, if it still is and may be."""
+        if not self._fired:  # not ours
+            if callable(self._previous_interrupt):
+                self._previous_interrupt(signum, frame)
+            return
+        self._fired = False
+        now, beat = time.monotonic(), self._beat
+        blocked = now - beat
+        if self._users == 0 or blocked < BLOCKED_S:
+            return
+        if self._stop is not None and not self._stop_delivered:
+            self._interrupt_for_stop(now, beat, blocked)
+        rollout = _CURRENT.get()
+        if rollout is None or rollout not in self._rollouts or _machinery(frame) or _debugging():
+            self._hold = (beat, math.inf)  # not a rollout's own code: wait for the loop to move
+            return
+        if now < rollout.deadline:
+            self._hold = (beat, rollout.deadline)
+            return
+        self._hold = (beat, now + BLOCKED_S)  # should it swallow this one, the next comes in a second
+        raise LoopBlocked(blocked_message(blocked, rollout.timeout))
+
+    def _interrupt_for_stop(self, now: float, beat: float, blocked: float) -> NoReturn:
+        """A stop is waiting for a blocked loop: unblock it, so the loop gets to the stop.
+
+        Several rollouts may block in turn before the loop reaches the stop
+        callback: each gets `LoopBlocked`, a tick apart. Code that swallows
+        it and blocks again gets the stop exception itself.
+        """
+        try:
+            task = asyncio.current_task(self.loop)
+        except RuntimeError:
+            task = None
+        where = (task, beat)
+        again = where == self._stop_interrupted
+        self._stop_interrupted = where
+        self._stop_retry_at = now + _TICK_S
+        if again:
+            self._stop_delivered = True
+            raise _stop_exception(self._stop or signal.SIGTERM)
+        if self._stop_interrupts == 0:
+            _say(f"astuner: a blocking call has held the event loop for {blocked:.0f} s; interrupting it")
+        self._stop_interrupts += 1
+        name = signal.Signals(self._stop or signal.SIGTERM).name
+        raise LoopBlocked(
+            f"Stopped by {name}: the workflow had blocked the event loop for {blocked:.1f} s "
+            "(a blocking call such as time.sleep inside async code)."
+        )
+
+    def _take_stop_signals(self) -> None:
+        self._stop_users += 1
+        if self._stop_users > 1:
+            return
+        self._previous_stop = {}
+        for sig in _STOP_SIGNALS:
+            current = signal.getsignal(sig)
+            # A handler from outside Python cannot be put back; an ignored signal stays ignored.
+            if current is None or current == signal.SIG_IGN or current == self._stop_handler:
+                continue
+            self._previous_stop[sig] = current
+            signal.signal(sig, self._stop_handler)
+
+    def _give_back_stop_signals(self) -> None:
+        self._stop_users -= 1
+        if self._stop_users > 0 or self._stop is not None:  # once stopping, a second signal exits
+            return
+        for sig, previous in self._previous_stop.items():
+            if signal.getsignal(sig) == self._stop_handler:
+                signal.signal(sig, previous)  # type: ignore[arg-type]
+        self._previous_stop = {}
+
+    def _on_stop_signal(self, signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if self._stop is not None:
+            _say(f"astuner: second {name}: exiting now, without cleaning up")
+            os._exit(128 + signum)
+        self._stop, self._stop_at = signum, time.monotonic()
+        _say(f"astuner: {name} received, stopping the run (a second Ctrl-C or SIGTERM exits at once)")
+        try:
+            self.loop.call_soon_threadsafe(self._deliver_stop)
+        except RuntimeError:  # the loop is closed: stop the plain way
+            self._stop_delivered = True
+            raise _stop_exception(signum) from None
+
+    def _deliver_stop(self) -> None:
+        """On the loop: end `run_forever`; asyncio then cancels the rollouts and unwinds the stack."""
+        if self._stop is None or self._stop_delivered:
+            return
+        self._stop_delivered = True
+        raise _stop_exception(self._stop)
+
+
+def _stop_exception(signum: int) -> BaseException:
+    if signum == signal.SIGINT:
+        return KeyboardInterrupt()
+    return SystemExit(128 + signum)
+
+
+def _machinery(frame: FrameType | None) -> bool:
+    """Whether the interrupted code is asyncio's or the watchdog's own: never raise there."""
+    name = frame.f_globals.get("__name__", "") if frame is not None else ""
+    return name == __name__ or name == "asyncio" or name.startswith("asyncio.")
+
+
+def _debugging() -> bool:
+    """A debugger stopped in the main thread (pdb and friends, or debugpy) is not a blocked loop."""
+    return isinstance(getattr(sys.gettrace(), "__self__", None), bdb.Bdb) or "pydevd" in sys.modules
+
+
+def _say(line: str) -> None:
+    """One line on stderr, straight to the file descriptor: safe inside a signal handler."""
+    with suppress(OSError):
+        os.write(2, f"\n{line}\n".encode())
