@@ -16,7 +16,7 @@ import pytest
 import yaml
 from seedtext import GSM8K, code_blocks, indent, needs_seeds, run_seed
 
-pytestmark = [needs_seeds, pytest.mark.slow]
+pytestmark = [needs_seeds, pytest.mark.slow, pytest.mark.timeout(900)]
 
 WORKFLOW = """\
 from agentscope.agent import ReActAgent

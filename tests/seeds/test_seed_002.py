@@ -12,7 +12,7 @@ from seedtext import GSM8K, code_blocks, leaves, merged_yaml, needs_seeds, run_s
 from astuner.config_errors import yaml_line
 from astuner.testing.cli import run_astuner
 
-pytestmark = [needs_seeds, pytest.mark.slow]
+pytestmark = [needs_seeds, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def lay_out(root: Path) -> Path:

@@ -20,7 +20,7 @@ from seedtext import code_blocks, needs_seeds
 
 from astuner.record import read_trajectories
 
-pytestmark = [needs_seeds, pytest.mark.slow]
+pytestmark = [needs_seeds, pytest.mark.slow, pytest.mark.timeout(900)]
 
 CHANGES = [
     (
@@ -114,5 +114,6 @@ def test_the_seed_003_script_trains_one_step(tmp_path: Path) -> None:
     for trajectory in trajectories:
         # the judge called response.get_text_content(): it was handed the agent's Msg
         assert trajectory.error is None and trajectory.reward in (0.0, 1.0)
+        assert trajectory.is_success is (trajectory.reward > 0)  # JudgeOutput(reward=...) alone
         response = trajectory.metadata["workflow_output"]["response"]
         assert isinstance(response, str) and response == trajectory.calls[-1].content
