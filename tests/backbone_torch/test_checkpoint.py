@@ -48,7 +48,8 @@ def test_a_failed_save_leaves_nothing_that_looks_like_a_checkpoint(tmp_path: Pat
         (folder / "model.txt").write_text("half")
         raise OSError("disk full")
 
-    with pytest.raises(OSError):
+    expected = rf"Cannot write the checkpoint '{tmp_path / 'step_5'}': disk full"
+    with pytest.raises(AstunerError, match=expected):
         save_checkpoint(tmp_path, 5, save_model=explode, tensors={}, state={})
     assert list(tmp_path.iterdir()) == []
 

@@ -169,3 +169,10 @@ def test_buffered_shuffle_is_a_bounded_seeded_permutation() -> None:
     assert sorted(seen) == list(range(100))
     assert seen != list(range(100))
     assert seen == [r["i"] for r in buffered_shuffle(({"i": i} for i in range(100)), 8, 3)]
+
+
+def test_a_file_that_is_not_utf8_is_named_with_line_and_column(tmp_path: Path) -> None:
+    rows = b'{"question": "a", "answer": "1"}\n{"question": "caf\xe9", "answer": "2"}\n'
+    (tmp_path / "train.jsonl").write_bytes(rows)
+    with pytest.raises(ConfigError, match=r"train.jsonl, line 2: not UTF-8 text \(byte 0xe9 at column 18\)"):
+        list(reader(dataset_path=str(tmp_path)).read("train"))

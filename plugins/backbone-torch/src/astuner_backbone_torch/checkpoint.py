@@ -143,9 +143,25 @@ def save_checkpoint(
     tensors: dict[str, Any],
     state: dict[str, Any],
 ) -> Path:
-    """Write `root/step_<step>/` atomically; `save_model(folder)` writes the model files."""
-    root.mkdir(parents=True, exist_ok=True)
+    """Write `root/step_<step>/` atomically; `save_model(folder)` writes the model files.
+
+    A failed write (a full disk, a permission) leaves no partial folder and is
+    an error naming the checkpoint; earlier checkpoints are untouched.
+    """
     final = root / f"step_{step}"
+    try:
+        return _write_checkpoint(root, final, step, save_model, tensors, state)
+    except OSError as exc:
+        raise AstunerError(
+            f"Cannot write the checkpoint '{final}': {exc.strerror or exc} ({exc.filename or root}). "
+            "Earlier checkpoints are intact; free space there and resume (trainer_common.resume: auto)."
+        ) from exc
+
+
+def _write_checkpoint(
+    root: Path, final: Path, step: int, save_model: Any, tensors: dict[str, Any], state: dict[str, Any]
+) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".step_{step}-", dir=root))
     try:
         save_model(tmp)

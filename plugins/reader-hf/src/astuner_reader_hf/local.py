@@ -102,3 +102,21 @@ def find_local(folder: Path, dataset_name: str | None) -> LocalDataset:
     for file in files:
         by_split.setdefault(split_of(file), []).append(str(file))
     return LocalDataset(folder, kinds.pop(), by_split)
+
+
+TEXT_BUILDERS = ("json", "csv", "text")
+
+
+def check_utf8(files: list[str]) -> None:
+    """Name file, line and column of the first byte that is not UTF-8 (`datasets` names neither)."""
+    for name in files:
+        data = Path(name).read_bytes()
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = data[: exc.start].count(b"\n") + 1
+            column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+            raise ConfigError(
+                f"{name}, line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at column {column}). "
+                "Save the file as UTF-8."
+            ) from exc

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from astuner.core.task import Task
 from astuner.errors import ConfigError
 from astuner.protocols import Split
-from astuner_reader_hf.local import KEY, LocalDataset, find_local
+from astuner_reader_hf.local import KEY, TEXT_BUILDERS, LocalDataset, check_utf8, find_local
 
 _PATH_PREFIXES = ("/", "./", "../", "~", ".\\", "..\\")
 
@@ -95,6 +95,8 @@ class HfReader:
             _check_split(split, [self.settings.training_split], str(local.folder), single=True)
             return saved
         _check_split(split, list(local.files), str(local.folder))
+        if local.builder in TEXT_BUILDERS:
+            check_utf8(local.files[split])
         return datasets.load_dataset(
             local.builder,
             data_files={split: local.files[split]},
