@@ -36,7 +36,7 @@ def configure_logging(*, verbose: bool = False, log_file: Path | None = None) ->
     for handler in list(logger.handlers):
         logger.removeHandler(handler)
         handler.close()
-    console = logging.StreamHandler(sys.stderr)
+    console = _StderrHandler()
     console.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processor=structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()),
@@ -50,6 +50,19 @@ def configure_logging(*, verbose: bool = False, log_file: Path | None = None) ->
     logger.setLevel(logging.DEBUG)
     logger.propagate = False
     _configured = True
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever `sys.stderr` is now: a stream captured when logging was set up
+    (a test runner, an embedding app) may be closed by the time a later line is logged."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:  # StreamHandler.__init__ assigns it; the property wins
+        pass
 
 
 def log_to_file(log_file: Path) -> None:
