@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from astuner.companions import stop_with_parent
 from astuner.errors import AstunerError
 
 
@@ -120,7 +121,12 @@ class RayHead:
         log = (self.temp_dir / "ray_start.log").open("wb")
         try:
             self._process = subprocess.Popen(
-                self.command(), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                self.command(),
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=stop_with_parent(),  # `ray start --block` stops its head when it gets SIGTERM
             )
         except FileNotFoundError as exc:
             raise AstunerError(
