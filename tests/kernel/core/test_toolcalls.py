@@ -47,18 +47,25 @@ def test_hermes_plain_answer():
         ('<tool_call>\n{"name": "search", "argu', "unclosed"),
     ],
 )
-def test_hermes_malformed_calls_become_errors(text, error):
-    out = parse_hermes(text)
+def test_hermes_malformed_calls_become_plain_text(text, error):
+    out = parse_hermes(f"Let me add.\n{text}")
     assert not out.tool_calls and len(out.errors) == 1
-    assert error in out.errors[0].error
-    msg = out.errors[0].as_tool_message()
-    assert msg["role"] == "tool" and msg["tool_call_id"] == "call_0"
-    assert msg["content"].startswith("Error: invalid tool call")
+    assert error in out.errors[0].error and error in out.parse_error
+    assert out.content == f"Let me add.\n{text}".strip()  # what the model wrote, broken call included
 
 
-def test_hermes_good_and_bad_together():
-    out = parse_hermes('<tool_call>{"name": "a", "arguments": {}}</tool_call><tool_call>oops</tool_call>')
-    assert [c.name for c in out.tool_calls] == ["a"] and out.errors[0].id == "call_1"
+def test_one_malformed_call_makes_the_whole_reply_plain_text():
+    text = (
+        '<think>sum</think><tool_call>{"name": "a", "arguments": {}}</tool_call><tool_call>oops</tool_call>'
+    )
+    out = parse_hermes(text)
+    assert out.tool_calls == [] and out.errors[0].id == "call_1"
+    assert out.reasoning == "sum" and out.content == text.split("</think>")[1]
+
+
+def test_well_formed_calls_have_no_parse_error():
+    out = parse_hermes('<tool_call>{"name": "a", "arguments": {"x": 1}}</tool_call>')
+    assert out.parse_error is None and out.errors == [] and out.content == ""
 
 
 def test_llama3_json():

@@ -88,10 +88,14 @@ def test_llama3_style_episode(llama3, mode):
         assert llama3.decode(nxt).startswith("<|start_header_id|>ipython<|end_header_id|>")
 
 
-def test_smollm2_template_mode_drifts_because_its_template_drops_tool_calls(smollm2):
-    tracker = ContextTracker(smollm2, TrackerSettings(mode="template"))
-    run_episode(tracker, react_turns(smollm2, 3))
-    assert tracker.stats.drifts == 2
+def test_smollm2_template_mode_drifts_when_its_template_alone_renders_tool_calls(smollm2):
+    # SmolLM2's template drops tool calls; astuner's own format (the default, auto) writes them back.
+    alone = ContextTracker(smollm2, TrackerSettings(mode="template", tool_format="template"))
+    run_episode(alone, react_turns(smollm2, 3))
+    assert alone.stats.drifts == 2
+    written = ContextTracker(smollm2, TrackerSettings(mode="template"))
+    run_episode(written, react_turns(smollm2, 3))
+    assert written.stats.drifts == 0
 
 
 def test_truncated_reply_closes_turn_with_untrained_end_of_turn(qwen25):
@@ -207,13 +211,18 @@ def test_context_overflow_returns_stop_reply_without_generating(qwen25):
 def test_madness_terminates_the_rollout(qwen25):
     monitor = MadnessMonitor({"wrong_toolcall": WrongToolCallCheck()}, terminate=True)
     tracker = ContextTracker(qwen25, madness=monitor)
-    bad = Turn([*qwen25.encode("<tool_call>\n{not json}\n</tool_call>"), qwen25.end_of_turn_id])
-    ep = run_episode(tracker, [bad, *react_turns(qwen25, 2)])
-    assert ep.calls[0].tool_call_errors and ep.calls[0].madness
-    assert ep.calls[1].finish_reason == "madness" and not ep.calls[1].trainable
-    assert ep.messages[-1]["content"].startswith("Error: invalid tool call")
+    msgs = [{"role": "user", "content": "Add 2 and 3."}]
+    broken = "<tool_call>\n{not json}\n</tool_call>"
+    bad = tracker.record(tracker.prepare(msgs), [*qwen25.encode(broken), qwen25.end_of_turn_id])
+    assert bad.tool_call_errors and bad.madness and "invalid JSON" in bad.tool_parse_error
+    assert bad.tool_calls == [] and bad.content == broken
+    msgs += [{"role": "assistant", "content": bad.content}, {"role": "user", "content": "Try again."}]
+    prep = tracker.prepare(msgs)
+    assert prep.stop_reason == "madness"
+    stopped = tracker.record(prep)
+    assert stopped.finish_reason == "madness" and not stopped.trainable
     traj = tracker.trajectory("t0", task_id="task")
-    assert traj.madness == ep.calls[0].madness and traj.tracker.stop_replies == 1
+    assert traj.madness == bad.madness and traj.tracker.stop_replies == 1
 
 
 def test_bad_inputs_are_rejected(qwen25):

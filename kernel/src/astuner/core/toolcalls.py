@@ -3,8 +3,10 @@
 A parser is chosen per model family by name (`hermes` for Qwen2.5/Qwen3 and
 most ChatML tool models, `llama3_json` for Llama-3.x). More are added with
 `register_tool_parser`. A call the model wrote wrongly (bad JSON, no name,
-an unclosed tag) never raises: it becomes a `ToolCallError` that the agent
-sees as a tool error and the `wrong_toolcall` madness check counts.
+an unclosed tag) never raises: the reply goes back to the agent as the
+plain text the model wrote, with no tool calls (an invented tool would make
+agent frameworks raise), and the `ToolCallError`s say why, for the record,
+the run metrics and the `wrong_toolcall` madness check.
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ class ParsedResponse:
     reasoning: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
     errors: list[ToolCallError] = field(default_factory=list)
+
+    @property
+    def parse_error(self) -> str | None:
+        """Why the reply's tool calls could not be read ("; "-joined), or None."""
+        return "; ".join(e.error for e in self.errors) if self.errors else None
 
 
 ToolParser = Callable[[str], ParsedResponse]
@@ -88,11 +95,15 @@ def _call_from_json(obj: Any, idx: int, raw: str, args_key: str) -> ToolCall | T
     return ToolCall(id=call_id, name=name, arguments=json.dumps(args, ensure_ascii=False))
 
 
-def _collect(results: list[ToolCall | ToolCallError], content: str, reasoning: str | None) -> ParsedResponse:
-    out = ParsedResponse(content=content.strip(), reasoning=reasoning)
-    for r in results:
-        (out.tool_calls if isinstance(r, ToolCall) else out.errors).append(r)
-    return out
+def _collect(
+    results: list[ToolCall | ToolCallError], content: str, reasoning: str | None, text: str
+) -> ParsedResponse:
+    """The parsed reply; with any malformed call, the whole `text` (reasoning split off) as content."""
+    errors = [r for r in results if isinstance(r, ToolCallError)]
+    if errors:
+        return ParsedResponse(content=text.strip(), reasoning=reasoning, errors=errors)
+    calls = [r for r in results if isinstance(r, ToolCall)]
+    return ParsedResponse(content=content.strip(), reasoning=reasoning, tool_calls=calls)
 
 
 _HERMES = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
@@ -118,7 +129,7 @@ def parse_hermes(text: str) -> ParsedResponse:
             results.append(ToolCallError(id=f"call_{i}", raw=raw, error=f"invalid JSON: {e}"))
             continue
         results.append(_call_from_json(obj, i, raw, "arguments"))
-    return _collect(results, _HERMES.sub("", rest), reasoning)
+    return _collect(results, _HERMES.sub("", rest), reasoning, rest)
 
 
 _DECODER = json.JSONDecoder()
@@ -151,4 +162,4 @@ def parse_llama3_json(text: str) -> ParsedResponse:
         pos = end
         while pos < len(body) and body[pos] in " \t\r\n;":
             pos += 1
-    return _collect(results, "", reasoning)
+    return _collect(results, "", reasoning, rest)

@@ -47,6 +47,7 @@ from astuner.core.chat import Message, normalize_messages
 from astuner.core.madness import MadnessMonitor
 from astuner.core.tokenizer import ChatTokenizer, literal_placeholder
 from astuner.core.toolcalls import get_tool_parser
+from astuner.core.toolformat import resolve_tool_format
 from astuner.core.trajectory import LLMCall, PromptSource, TrackerStats, Trajectory
 
 Generate = Callable[[list[int], int], Awaitable[tuple[list[int], list[float] | None, str]]]
@@ -65,6 +66,8 @@ class TrackerSettings:
     max_env_len: int = 4096
     clip_roles: tuple[str, ...] = ("tool",)
     tool_parser: str = "hermes"
+    tool_format: str = "auto"
+    tool_demonstration: tuple[Mapping[str, Any], ...] = ()
     chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -115,7 +118,10 @@ class ContextTracker:
         if self.settings.mode not in ("cumulative", "template"):
             raise ValueError(f"unknown context tracker mode {self.settings.mode!r}")
         self.madness = madness
-        self._parse = get_tool_parser(self.settings.tool_parser)
+        self.tool_format = resolve_tool_format(
+            tokenizer, self.settings.tool_format, self.settings.tool_parser, self.settings.tool_demonstration
+        )
+        self._parse = get_tool_parser(self.tool_format.parser)
         self._template_kwargs = dict(self.settings.chat_template_kwargs)
         self._gen_suffix = tokenizer.generation_suffix(**self._template_kwargs)
         self._contexts: dict[str, _Context] = {}
@@ -201,8 +207,8 @@ class ContextTracker:
         `encode` puts such a content back as plain text (see `ChatTokenizer.encode`):
         only the template itself writes control tokens, never a message.
         """
-        masked = [self._masked(m) for m in msgs]
-        return self.tokenizer.render(masked, tools, add_generation_prompt=gen, **self._template_kwargs)
+        masked, shown_tools = self.tool_format.apply([self._masked(m) for m in msgs], tools)
+        return self.tokenizer.render(masked, shown_tools, add_generation_prompt=gen, **self._template_kwargs)
 
     def _masked(self, msg: Message) -> Message:
         content = msg.get("content")
@@ -314,7 +320,13 @@ class ContextTracker:
             call.text = self.tokenizer.decode(ids[:-1] if closed else ids)
             parsed = self._parse(call.text)
             call.content, call.reasoning = parsed.content, parsed.reasoning
-            call.tool_calls, call.tool_call_errors = parsed.tool_calls, parsed.errors
+            # Ids unique within the rollout, so a tool result names the one call it answers.
+            call.tool_calls = [
+                tc.model_copy(update={"id": f"call_{call.index}_{i}"})
+                for i, tc in enumerate(parsed.tool_calls)
+            ]
+            call.tool_call_errors = parsed.errors
+            call.tool_parse_error = parsed.parse_error
             call.response_ids, call.response_logprobs = ids, logprobs
             call.finish_reason = finish_reason
             self._contexts[prepared.agent_name] = _Context(

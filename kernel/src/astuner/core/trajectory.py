@@ -52,10 +52,10 @@ class ToolCall(BaseModel):
 
 
 class ToolCallError(BaseModel):
-    """A tool call the model tried to make but wrote wrongly.
+    """A tool call the model tried to make but wrote wrongly: `raw` is its text, `error` why.
 
-    The agent is shown `as_tool_message()` as the result of call `id`, so
-    it can correct itself; the `wrong_toolcall` madness check counts these.
+    The agent gets the reply as plain text; the `wrong_toolcall` madness
+    check and the run metrics (`tool_parse_failures`) count these.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -65,15 +65,6 @@ class ToolCallError(BaseModel):
     error: str
     name: str = ""
 
-    def as_tool_message(self) -> dict[str, Any]:
-        """An OpenAI `tool` message that reports the error to the agent."""
-        return {
-            "role": "tool",
-            "tool_call_id": self.id,
-            "name": self.name,
-            "content": f"Error: invalid tool call ({self.error}). The call was: {self.raw}",
-        }
-
 
 class LLMCall(BaseModel):
     """One model call: what went in, what came out, token for token.
@@ -81,7 +72,10 @@ class LLMCall(BaseModel):
     `prompt_ids` is exactly what the engine was given and `response_ids`
     exactly what it generated (the end-of-turn token included when the
     model stopped on it); `response_logprobs[i]` is the sampling log-prob of
-    `response_ids[i]`, or None when the engine gives none. A call with
+    `response_ids[i]`, or None when the engine gives none. `tool_parse_error`
+    says why a reply that tried to call a tool could not be read (the
+    agent then got `content`, the plain text; `tool_call_errors` has each
+    malformed call). A call with
     `trainable=False` (stop replies, engines without token ids) is logged
     but never trained on.
     """
@@ -101,6 +95,7 @@ class LLMCall(BaseModel):
     reasoning: str | None = None
     tool_calls: list[ToolCall] = Field(default_factory=list)
     tool_call_errors: list[ToolCallError] = Field(default_factory=list)
+    tool_parse_error: str | None = None
     prompt_source: PromptSource = "template"
     drift: bool = False
     trainable: bool = True

@@ -47,22 +47,15 @@ from astuner.logs import get_logger
 from astuner.rollout.model_tuner import ModelTuner
 
 _SAMPLING_KEYS = ("temperature", "top_p", "seed")
-INVALID_TOOL = "invalid_tool_call"
 
 
 def openai_tool_calls(call: LLMCall) -> list[dict[str, Any]]:
-    """Parsed tool calls in OpenAI's shape; malformed ones as calls of `invalid_tool_call`.
+    """The call's tool calls in OpenAI's shape.
 
-    A malformed call reaches the agent as a call of a tool it does not have,
-    so its own tool dispatch reports an error back, and the arguments say why.
+    A reply whose tool call did not parse has none: it is plain assistant
+    text (`call.content`), so every agent framework keeps running on it.
     """
-    calls = [tc.to_openai() for tc in call.tool_calls]
-    for err in call.tool_call_errors:
-        arguments = json.dumps({"error": err.error, "raw": err.raw})
-        calls.append(
-            {"id": err.id, "type": "function", "function": {"name": INVALID_TOOL, "arguments": arguments}}
-        )
-    return calls
+    return [tc.to_openai() for tc in call.tool_calls]
 
 
 def _finish_reason(call: LLMCall, tool_calls: list[dict[str, Any]]) -> str:

@@ -105,6 +105,7 @@ class ModelTuner:
         call = await self.tracker.call(messages, tools, name, generate)
         if self.disable_toolcalls and (call.tool_calls or call.tool_call_errors):
             call.content, call.tool_calls, call.tool_call_errors = call.text, [], []
+            call.tool_parse_error = None
         if not self.trainable or (self.trainable_targets and name not in self.trainable_targets):
             call.trainable = False
         return call

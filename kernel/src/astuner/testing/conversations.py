@@ -199,8 +199,6 @@ def run_episode(
                     "content": turn.tool_output or "",
                 }
             )
-        for err in call.tool_call_errors:
-            messages.append(err.as_tool_message())
-        if not call.tool_calls and not call.tool_call_errors:
+        if not call.tool_calls:
             break
     return ep
