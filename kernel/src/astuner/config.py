@@ -66,6 +66,29 @@ class ModelConfig(Section):
         description="HuggingFace repo id, local folder, .gguf file, or builtin:<name>.",
     )
     lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapters (backbone torch).")
+    tool_format: Literal["auto", "template", "hermes"] = Field(
+        "auto",
+        description="How tools reach the model: template (the chat template's own way), hermes "
+        "(astuner writes them into the messages, <tool_call> replies), or auto (template when it "
+        "renders tools, else hermes).",
+    )
+    tool_demonstration: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="One example exchange (OpenAI messages: question, tool call, result, answer) "
+        "shown after the system turn when the agent passes tools.",
+    )
+
+    @field_validator("tool_demonstration")
+    @classmethod
+    def _demonstration_messages(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for i, message in enumerate(value):
+            if message.get("role") not in ("system", "user", "assistant", "tool"):
+                raise ValueError(
+                    f"message {i} has role {message.get('role')!r}; use user, assistant or tool "
+                    "(OpenAI messages: a question, an assistant turn with tool_calls, the tool's "
+                    "result, the answer)"
+                )
+        return value
 
 
 class DataConfig(Section):
@@ -228,6 +251,9 @@ class AuxiliaryModelConfig(Section):
     max_tokens: int = Field(4096, ge=1, description="Most tokens one call generates.")
     max_model_len: int = Field(18000, ge=1, description="Most tokens in one context: prompt plus generation.")
     tool_parser: str = Field("hermes", description="How tool calls are read from generated text.")
+    tool_format: Literal["auto", "template", "hermes"] = Field(
+        "auto", description="How tools reach this model; as model.tool_format."
+    )
     tensor_model_parallel_size: int = Field(
         1, ge=1, description="GPUs of a vLLM server astuner starts for it."
     )

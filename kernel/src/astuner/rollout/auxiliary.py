@@ -85,6 +85,7 @@ def auxiliary_model(config: AstunerConfig, name: str, engine: Any) -> AuxiliaryM
             max_response_length_in_one_turn=spec.max_tokens,
             max_env_len=config.context_tracker.max_env_len,
             tool_parser=spec.tool_parser,
+            tool_format=spec.tool_format,
         ),
     )
 

@@ -13,8 +13,10 @@ from typing import Any
 from astuner.components import build_engine, build_reader, plugin_settings
 from astuner.config import AstunerConfig
 from astuner.core.madness import MadnessCheck
-from astuner.core.tokenizer import load_tokenizer
+from astuner.core.tokenizer import ChatTokenizer, load_tokenizer
+from astuner.core.toolformat import resolve_tool_format, template_renders_tools
 from astuner.core.tracker import TrackerSettings
+from astuner.logs import get_logger
 from astuner.plugins import Plugins
 from astuner.rollout.auxiliary import AuxiliaryModel, auxiliary_models
 from astuner.rollout.engine import SamplingParams, TokenEngine
@@ -47,8 +49,33 @@ def runner_settings_from_config(config: AstunerConfig, max_parallel: int | None 
             max_response_length_in_one_turn=r.max_response_length_in_one_turn,
             max_env_len=ct.max_env_len,
             tool_parser=ct.tool_parser,
+            tool_format=config.model.tool_format,
+            tool_demonstration=tuple(config.model.tool_demonstration),
         ),
     )
+
+
+def report_tool_format(tokenizer: ChatTokenizer, config: AstunerConfig) -> None:
+    """One log line per run on how tools reach the model; a warning when they cannot."""
+    model = config.model
+    renders = template_renders_tools(tokenizer)
+    log = get_logger()
+    if model.tool_format == "template" and not renders:
+        log.warning(
+            f"model.tool_format is 'template', but the chat template of '{model.path}' renders no "
+            "tools and drops past tool calls: an agent's tools never reach the model. Set "
+            "model.tool_format: auto (astuner then writes them into the messages)."
+        )
+        return
+    fmt = resolve_tool_format(tokenizer, model.tool_format, config.context_tracker.tool_parser)
+    if fmt.name == "template":
+        how = "the chat template renders them"
+    elif renders:
+        how = "astuner writes them into the messages (model.tool_format: hermes)"
+    else:
+        how = "the chat template renders none, so astuner writes them into the messages"
+    demo = "with" if model.tool_demonstration else "without"
+    log.info(f"tool format: {fmt.name} ({how}; {demo} a demonstration; replies read by '{fmt.parser}')")
 
 
 def build_madness_checks(config: AstunerConfig, plugins: Plugins) -> dict[str, MadnessCheck]:
@@ -101,6 +128,7 @@ async def rollout_stack(
             tokenizer = None
             if isinstance(engine, TokenEngine):
                 tokenizer = load_tokenizer(getattr(engine, "tokenizer_path", None) or config.model.path)
+                report_tool_format(tokenizer, config)
             yield RolloutRunner(
                 workflow=workflow,
                 judge=judge,
