@@ -33,8 +33,16 @@ def test_extension_merges_and_masks_only_generated_tokens():
     assert first.advantages == [0.0] * 8 and (first.trajectory_id, first.group_id) == ("t", "g")
     assert second.input_ids == [1, 2, 3, 99, 13] and second.loss_mask == [0, 0, 0, 0, 1]
     assert report == MergeReport(
-        calls=3, samples=2, tokens_trained=13, tokens_unmerged=5 + 8 + 5, generated_tokens=4
+        calls=3,
+        samples=2,
+        tokens_trained=13,
+        tokens_unmerged=5 + 8 + 5,
+        generated_tokens=4,
+        episodes=1,
+        breaks=report.breaks,
     )
+    # Call 2 is the break: it parts from sample 0 (which holds call 1) after 3 tokens.
+    assert [(b.call, b.sample, b.previous_call, b.position) for b in report.breaks] == [(2, 0, 1, 3)]
     assert report.reduction == 18 / 13
 
 
@@ -60,7 +68,7 @@ def test_untrainable_and_logprob_free_calls():
     samples, report = merge_calls(calls)
     assert len(samples) == 1 and samples[0].old_logprobs is None
     assert samples[0].input_ids == [1, 2, 3] and report.calls == 2
-    assert merge_calls([]) == ([], MergeReport())
+    assert merge_calls([]) == ([], MergeReport(episodes=1))
 
 
 def test_errored_trajectory_yields_nothing():

@@ -10,12 +10,17 @@ per token) drives two workflows registered through a test plugin:
   that raises.
 - `long_chat`: 30 user turns with long replies, one merged sample of about
   20k tokens.
+
+`write_hint_run` adds a training-style run with one trajectory whose agent
+adds a hint message for one call and removes it again: two samples and a
+prefix break between them.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -26,9 +31,12 @@ from astuner import hookimpl
 from astuner.cli import make_app
 from astuner.core.task import WorkflowOutput
 from astuner.core.tokenizer import ChatTokenizer
+from astuner.core.tracker import ContextTracker
+from astuner.core.trajectory import Trajectory
 from astuner.plugins import Plugins
 from astuner.rollout.workflow import Workflow
-from astuner.testing.engines import ScriptedEngine
+from astuner.testing.conversations import SEARCH_TOOL, echo_assistant, react_turns
+from astuner.testing.engines import LOGPROB, ScriptedEngine
 from astuner.testing.tokenizers import qwen25_tokenizer
 
 SCRIPT = "<script>window.__pwned = 1</script>"
@@ -176,4 +184,39 @@ def debug_run(
     result = CliRunner().invoke(app, ["run", "--conf", str(conf), "--backbone", "debug"])
     assert result.exit_code == 0, result.output
     (run,) = (root / "launcher_record" / name).iterdir()
+    return run
+
+
+HINT = {"role": "user", "content": "Now reply with a JSON object that matches the schema."}
+
+
+def hint_trajectory() -> Trajectory:
+    """Three ReAct calls through the real tracker; the second sees a hint that the third no longer does."""
+    tokenizer = ChatTokenizer(qwen25_tokenizer())
+    tracker = ContextTracker(tokenizer)
+    messages = [
+        {"role": "system", "content": "You are a helpful agent."},
+        {"role": "user", "content": "What is the answer?"},
+    ]
+    for k, turn in enumerate(react_turns(tokenizer, 3)):
+        if k == 1:
+            messages.append(dict(HINT))
+        if k == 2:
+            messages.remove(HINT)
+        prepared = tracker.prepare(messages, [SEARCH_TOOL])
+        call = tracker.record(prepared, turn.ids, [LOGPROB] * len(turn.ids))
+        messages.append(echo_assistant(call, "default"))
+        for tool_call in call.tool_calls:
+            messages.append({"role": "tool", "tool_call_id": tool_call.id, "content": turn.tool_output})
+    return tracker.trajectory("hint-1", task_id="hint", group_id="g", reward=1.0, is_success=True)
+
+
+def write_hint_run(root: Path, source: Path) -> Path:
+    """`root/hint/<run>` with `source`'s config (its tokenizer) and `hint_trajectory()` as step 1."""
+    run = root / "hint" / "20260103-040506"
+    (run / "rollouts").mkdir(parents=True)
+    shutil.copy(source / "config.yaml", run / "config.yaml")
+    (run / "rollouts" / "step_1.jsonl").write_text(
+        hint_trajectory().model_dump_json() + "\n", encoding="utf-8"
+    )
     return run

@@ -3,7 +3,7 @@
 Runs -> trajectories -> token view on records written by a real debug run:
 hover a token and read its log-prob, check the colours of trained and
 untrained tokens, filters, escaping of model text, metrics charts, a
-20k-token trajectory. Screenshots are kept in `test-artifacts/`.
+20k-token trajectory, prefix-break markers. Screenshots are kept in `test-artifacts/`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from logview_records import LONG_TURNS, SCRIPT
+from logview_records import LONG_TURNS, SCRIPT, write_hint_run
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need `pip install playwright`")
 expect = sync_api.expect
@@ -199,6 +199,32 @@ def test_a_20k_token_trajectory_renders(page, serve, record_root: Path) -> None:
     last.hover()
     assert f"token {tokens - 1} ·" in page.locator("#tooltip").inner_text()
     page.screenshot(path=str(ARTIFACTS / "logview-long-trajectory.png"))
+
+
+def test_prefix_break_is_marked_at_its_token(page, serve, tmp_path: Path, calc_run: Path) -> None:
+    write_hint_run(tmp_path, calc_run)
+    viewer = serve(tmp_path)
+    page.goto(viewer.url)  # the only run opens by itself
+    page.locator(".trajectory-row").first.click()
+    page.wait_for_selector(".break-marker")
+    (run,) = httpx.get(viewer.url + "api/runs", timeout=30).json()["runs"]
+    params = {"run": run["id"], "file": "step_1.jsonl", "line": 0}
+    (brk,) = httpx.get(viewer.url + "api/trajectory", params=params, timeout=30).json()["merge"]["breaks"]
+
+    assert "1 prefix break" in page.locator(".summary").inner_text()
+    assert page.locator(".turn .flag.break").all_inner_texts() == ["new sample: message_removed"]
+    note = page.locator(".sample").nth(1).locator(".break-note")
+    assert note.inner_text() == f"New sample after a prefix break: {brk['note']}"
+    assert "message 4 (user) was removed" in note.inner_text()
+    for k, kind in ((0, "parted"), (1, "starts")):
+        marker = page.locator(".sample").nth(k).locator(f".break-marker.{kind}")
+        assert "message_removed" in marker.inner_text()
+        assert marker.get_attribute("title") == brk["note"]
+        # The marker stands right before the first token the two prompts do not share.
+        following = marker.evaluate("m => m.nextElementSibling.dataset.i")
+        assert int(following) == brk["position"]
+    page.locator(".sample").nth(1).locator(".break-marker").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "logview-prefix-break.png"))
 
 
 def test_a_token_link_opens_the_page_and_leaves_the_address_bar(page, serve, record_root: Path) -> None:

@@ -2,8 +2,10 @@
 
 Training samples are built exactly as a backbone builds them
 (`merge_trajectory`), so the token view is what the loss sees: each token
-with its id, decoded text, loss mask and sampling log-prob, and the
-boundaries where one call's response starts inside a merged sample.
+with its id, decoded text, loss mask and sampling log-prob, the
+boundaries where one call's response starts inside a merged sample, and
+the prefix breaks: where a call's prompt stopped extending an earlier
+sample, marked in both samples at the first differing token.
 The advantage is computed over the trajectory's group with the run's
 estimator, as the trainer would for that group.
 """
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from astuner.core.advantages import compute_advantages
-from astuner.core.merge import merge_trajectory
+from astuner.core.merge import PrefixBreak, merge_trajectory
 from astuner.core.tokenizer import BUILTIN_PREFIX, ChatTokenizer, load_tokenizer
 from astuner.core.trajectory import LLMCall, Sample, Trajectory
 
@@ -80,8 +82,44 @@ def token_texts(tokenizer: ChatTokenizer | None, ids: Sequence[int]) -> list[str
     return [by_id[i] for i in ids]
 
 
-def sample_view(sample: Sample, tokenizer: ChatTokenizer | None) -> dict[str, Any]:
-    """One sample as columns of equal length `T`: ids, text (or null), mask, logprob (null off-mask)."""
+def break_view(brk: PrefixBreak) -> dict[str, Any]:
+    """A prefix break as JSON, with a sentence for people (`note`)."""
+    return {
+        "call": brk.call,
+        "sample": brk.sample,
+        "previous_call": brk.previous_call,
+        "position": brk.position,
+        "reason": brk.reason,
+        "message": brk.message,
+        "role": brk.role,
+        "note": brk.describe(),
+    }
+
+
+def break_markers(sample: Sample, breaks: Sequence[PrefixBreak]) -> list[dict[str, Any]]:
+    """The breaks to mark in `sample`, by token position.
+
+    `starts`: the sample's first call did not extend sample `sample`; its
+    prompt differs from that sample's ids from `position` on. `parted`: a
+    later call's prompt differs from this sample from `position` on.
+    Samples are matched by call index, so the marks stay right when samples
+    are filtered or reordered.
+    """
+    calls = set(sample.call_indices)
+    markers = []
+    for brk in breaks:
+        if sample.call_indices and sample.call_indices[0] == brk.call:
+            markers.append({"kind": "starts", **break_view(brk)})
+        elif brk.previous_call in calls:
+            markers.append({"kind": "parted", **break_view(brk)})
+    return markers
+
+
+def sample_view(
+    sample: Sample, tokenizer: ChatTokenizer | None, breaks: Sequence[PrefixBreak] = ()
+) -> dict[str, Any]:
+    """One sample as columns of equal length `T`: ids, text (or null), mask, logprob (null off-mask),
+    and the prefix breaks to mark in it (see `break_markers`)."""
     logprobs = sample.old_logprobs
     return {
         "agent": sample.agent_name,
@@ -95,6 +133,7 @@ def sample_view(sample: Sample, tokenizer: ChatTokenizer | None) -> dict[str, An
         "spans": [list(span) for span in sample.response_spans],
         "advantages": sample.advantages,
         "trained_tokens": sample.num_trained_tokens,
+        "breaks": break_markers(sample, breaks),
     }
 
 
@@ -104,6 +143,7 @@ def _response(call: LLMCall) -> dict[str, Any]:
         "reasoning": call.reasoning,
         "tool_calls": [tc.model_dump() for tc in call.tool_calls],
         "tool_call_errors": [e.model_dump() for e in call.tool_call_errors],
+        "tool_parse_error": call.tool_parse_error,
         "finish_reason": call.finish_reason,
         "trainable": call.trainable,
         "madness": call.madness,
@@ -178,7 +218,9 @@ def trajectory_view(
             "samples": report.samples,
             "tokens": report.tokens_trained,
             "tokens_unmerged": report.tokens_unmerged,
+            "drifts": report.drifts,
+            "breaks": [break_view(b) for b in report.breaks],
         },
         "turns": conversation(trajectory.calls),
-        "samples": [sample_view(s, tokenizer) for s in samples],
+        "samples": [sample_view(s, tokenizer, report.breaks) for s in samples],
     }

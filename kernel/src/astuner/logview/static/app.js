@@ -269,7 +269,8 @@ function renderSummary(view) {
       ["success", view.is_success === null ? "–" : view.is_success ? "yes" : "no"],
       ["advantage", el("span", { class: "advantage", text: advText })],
       ["madness", view.madness.length ? view.madness.join("; ") : "none"],
-      ["samples", `${view.merge.samples} from ${view.merge.calls} trainable calls: ${view.merge.tokens} tokens (${view.merge.tokens_unmerged} unmerged)`],
+      ["samples", `${view.merge.samples} from ${view.merge.calls} trainable calls: ${view.merge.tokens} tokens (${view.merge.tokens_unmerged} unmerged)` +
+        ` · ${view.merge.breaks.length} prefix break${view.merge.breaks.length === 1 ? "" : "s"} · ${view.merge.drifts} drifted`],
       ["judge metrics", Object.keys(view.metrics).length ? Object.entries(view.metrics).map(([k, v]) => `${k}=${fmt(v)}`).join("  ") : "–"],
       ["timings", Object.entries(view.timings).map(([k, v]) => `${k}=${fmt(v, 2)}`).join("  ") || "–"],
     ]));
@@ -303,17 +304,21 @@ function messageBox(message) {
 
 function renderConversation(view) {
   const box = el("div", { class: "conversation" }, el("h3", { text: "Conversation" }));
+  const breaks = new Map(view.merge.breaks.map((b) => [b.call, b]));
   for (const turn of view.turns) {
     const r = turn.response;
-    const head = `call ${turn.call} · ${turn.agent} · ${r.prompt_tokens} prompt + ${r.response_tokens} generated tokens · ${r.finish_reason}` +
-      (r.trainable ? "" : " · not trained") + (turn.tools.length ? ` · tools: ${turn.tools.join(", ")}` : "");
+    const brk = breaks.get(turn.call);
+    const head = el("div", { class: "turn-head" },
+      `call ${turn.call} · ${turn.agent} · ${r.prompt_tokens} prompt + ${r.response_tokens} generated tokens · ${r.finish_reason}` +
+      (r.trainable ? "" : " · not trained") + (turn.tools.length ? ` · tools: ${turn.tools.join(", ")}` : ""),
+      brk && el("span", { class: "flag break", title: brk.note, text: `new sample: ${brk.reason}` }));
     const reply = el("div", { class: "message role-assistant generated" }, el("div", { class: "role", text: "assistant (generated)" }));
     if (r.reasoning) reply.append(el("details", {}, el("summary", { text: "reasoning" }), el("pre", { text: r.reasoning })));
     if (r.content) reply.append(el("pre", { class: "content", text: r.content }));
     for (const call of r.tool_calls) reply.append(toolCallBox(call));
-    for (const bad of r.tool_call_errors) reply.append(el("div", { class: "tool-error" }, el("strong", { text: `invalid tool call: ${bad.error}` }), el("pre", { text: bad.raw })));
+    for (const bad of r.tool_call_errors) reply.append(el("div", { class: "tool-error" }, el("strong", { text: `tool call not parsed (the agent got the text): ${bad.error}` }), el("pre", { text: bad.raw })));
     if (r.madness.length) reply.append(el("div", { class: "flag madness", text: r.madness.join("; ") }));
-    box.append(el("section", { class: "turn" }, el("div", { class: "turn-head", text: head }), turn.messages.map(messageBox), reply));
+    box.append(el("section", { class: "turn" }, head, turn.messages.map(messageBox), reply));
   }
   return box;
 }
@@ -334,6 +339,15 @@ function renderSample(sample, number, withText) {
     if (start !== promptStart) boundaries.set(start, "▸ reply");
     promptStart = end;
   }
+  // Prefix breaks: where this sample's prompt parts from an earlier sample ("starts"),
+  // or where a later call's prompt parts from this one ("parted"), at the first differing token.
+  const breaks = new Map();
+  for (const b of sample.breaks) {
+    const text = b.kind === "starts" ? `✂ ${b.reason} · sample ${b.sample} differs from here`
+      : `✂ call ${b.call} parts here · ${b.reason}`;
+    const marker = el("span", { class: `break-marker ${b.kind}`, title: b.note, text });
+    breaks.set(b.position, [...(breaks.get(b.position) || []), marker]);
+  }
   const tokens = el("div", { class: "tokens", data: { sample: number } });
   let chunk = null;
   for (let i = 0; i < n; i++) {
@@ -342,6 +356,7 @@ function renderSample(sample, number, withText) {
       tokens.append(chunk);
     }
     if (boundaries.has(i)) chunk.append(el("span", { class: "boundary", text: boundaries.get(i) }));
+    if (breaks.has(i)) chunk.append(...breaks.get(i));
     const mask = sample.mask[i];
     const span = document.createElement("span");
     span.className = mask ? "tok trained" : "tok untrained";
@@ -353,9 +368,11 @@ function renderSample(sample, number, withText) {
   tokens.addEventListener("mouseover", (event) => showTokenTip(event, sample));
   tokens.addEventListener("mouseleave", hideTip);
   const trained = sample.trained_tokens;
+  const notes = sample.breaks.filter((b) => b.kind === "starts")
+    .map((b) => el("div", { class: "break-note", text: `New sample after a prefix break: ${b.note}` }));
   return el("section", { class: "sample" },
     el("div", { class: "sample-head", text: `sample ${number} · agent ${sample.agent} · ${n} tokens · ${trained} trained · calls ${sample.calls.join(", ")}` }),
-    tokens);
+    notes, tokens);
 }
 
 function showTokenTip(event, sample) {
@@ -431,8 +448,12 @@ function chartRank(key) {
 }
 
 async function renderMetrics() {
-  const { rows } = await api("metrics", { run: state.run });
+  const { rows, health } = await api("metrics", { run: state.run });
   const box = el("div", { class: "metrics" }, el("h3", { text: "Metrics" }));
+  if (health.length) {
+    box.append(el("div", { class: "health" }, el("strong", { text: "Health warnings" }),
+      el("ul", {}, health.map((h) => el("li", { text: `step ${h.step}: ${h.text}` })))));
+  }
   const series = new Map();
   rows.forEach((row, i) => {
     const step = typeof row.step === "number" ? row.step : i;
