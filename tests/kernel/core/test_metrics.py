@@ -5,7 +5,7 @@ import math
 import pytest
 
 from astuner.core.metrics import pass_at_k, rollout_metrics, scalar_reward, succeeded
-from astuner.core.trajectory import Trajectory
+from astuner.core.trajectory import LLMCall, ToolCall, Trajectory
 
 
 def _traj(
@@ -57,3 +57,25 @@ def test_per_step_rewards_sum_and_success_falls_back_to_a_positive_reward() -> N
     assert not succeeded(_traj("a", 1.0, success=False))  # the judge's verdict wins
     assert scalar_reward(_traj("a", None)) is None
     assert rollout_metrics([], "eval")["eval/reward_mean"] == 0.0
+
+
+def test_tool_metrics_count_calls_parse_failures_executions_and_truncations() -> None:
+    call = ToolCall(id="call_0_0", name="multiply", arguments='{"a": 3, "b": 4}')
+    unanswered = ToolCall(id="call_2_0", name="multiply", arguments="{}")
+    result = {"role": "tool", "tool_call_id": "call_0_0", "content": "12"}
+    calls = [
+        LLMCall(index=0, response_ids=[1], tool_calls=[call]),
+        LLMCall(index=1, messages=[result], response_ids=[2], tool_parse_error="invalid JSON"),
+        LLMCall(index=2, response_ids=[3], tool_calls=[unanswered]),
+        LLMCall(index=3, messages=[result], response_ids=[4], finish_reason="length"),
+        LLMCall(index=4, finish_reason="madness", trainable=False),  # a stop reply: not counted
+    ]
+    answer_2 = {"role": "tool", "tool_call_id": "call_2_0", "content": "0"}
+    other_agent = LLMCall(index=0, agent_name="b", messages=[answer_2], response_ids=[5])
+    metrics = rollout_metrics([Trajectory(trajectory_id="t", calls=calls), _traj("c", 1.0)], "train")
+    assert metrics["train/tool_call_rate"] == 0.5  # 2 of 4 replies
+    assert metrics["train/tool_parse_failures"] == 1
+    assert metrics["train/tool_calls_executed"] == 1  # call_2_0 was never answered
+    assert metrics["train/truncation_rate"] == 0.25
+    alone = rollout_metrics([Trajectory(trajectory_id="u", calls=[calls[2], other_agent])], "x")
+    assert alone["x/tool_calls_executed"] == 0  # another agent's tool message answers nothing here

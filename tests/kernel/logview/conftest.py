@@ -34,6 +34,8 @@ def record_root(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -
         for s in range(1, 6)
     ]
     rows[0]["reward/std"] = float("nan")
+    for row in rows:  # from step 3 on, no group has a learning signal: a health warning
+        row["train/zero_adv_group_frac"] = 1.0 if row["step"] >= 3 else 0.25
     (calc / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     long_task = {"id": "long-1", "question": "talk", "answer": ""}
     debug_run(root, tokenizer_dir, "long", "long_chat", [long_task], repeat=1)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from logview_records import SCRIPT, TASKS
+from logview_records import SCRIPT, TASKS, hint_trajectory, write_hint_run
 
 from astuner.core.merge import merge_trajectory
 from astuner.record import read_trajectories
@@ -146,6 +146,37 @@ def test_trajectory_view_has_the_training_tokens(serve, record_root: Path, calc_
     assert view["tokenizer"]["error"] is None
 
 
+def test_prefix_breaks_are_marked_where_the_samples_part(serve, tmp_path: Path, calc_run: Path) -> None:
+    write_hint_run(tmp_path, calc_run)
+    viewer = serve(tmp_path)
+    (run,) = get(viewer, "/api/runs").json()["runs"]
+    view = get(viewer, "/api/trajectory", run=run["id"], file="step_1.jsonl", line=0).json()
+    _, report = merge_trajectory(hint_trajectory())
+    (brk,) = report.breaks
+    first, second = view["samples"]
+    assert (first["calls"], second["calls"]) == ([0, 1], [2])
+    shown = {
+        "call": 2,
+        "sample": 0,
+        "previous_call": 1,
+        "position": brk.position,
+        "reason": "message_removed",
+        "message": 4,
+        "role": "user",
+        "note": brk.describe(),
+    }
+    assert view["merge"]["breaks"] == [shown] and view["merge"]["drifts"] == 0
+    assert "message 4 (user) was removed" in shown["note"]
+    assert second["breaks"] == [{"kind": "starts", **shown}]
+    assert first["breaks"] == [{"kind": "parted", **shown}]
+    # Both samples open the turn after the tool result; the removed hint was a user turn.
+    position = brk.position
+    assert first["ids"][:position] == second["ids"][:position]
+    assert "".join(first["text"][:position]).endswith("</tool_response><|im_end|>\n<|im_start|>")
+    assert (first["text"][position], second["text"][position]) == ("user", "assistant")
+    assert [turn["call"] for turn in view["turns"]] == [0, 1, 2]
+
+
 def test_error_trajectory_shows_its_traceback_and_no_samples(serve, record_root: Path) -> None:
     viewer = serve(record_root)
     run = calc_id(viewer)
@@ -173,12 +204,16 @@ def test_an_uncached_hub_name_fails_fast_without_the_network(serve, record_root:
     assert view["samples"][0]["text"] is None
 
 
-def test_metrics_rows_with_nan_as_null(serve, record_root: Path) -> None:
+def test_metrics_rows_with_nan_as_null_and_the_health_checks_they_cross(serve, record_root: Path) -> None:
     viewer = serve(record_root)
-    rows = get(viewer, "/api/metrics", run=calc_id(viewer)).json()["rows"]
+    metrics = get(viewer, "/api/metrics", run=calc_id(viewer)).json()
+    rows = metrics["rows"]
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
     assert rows[0]["reward/std"] is None
     assert rows[4]["reward/mean"] == pytest.approx(0.5)
+    (warning,) = metrics["health"]
+    assert warning["check"] == "zero_advantage_groups" and warning["step"] == 3
+    assert "no learning signal" in warning["text"]
 
 
 @pytest.mark.parametrize(
@@ -339,7 +374,7 @@ def test_symlinked_files_inside_a_run_leading_out_of_the_root_are_not_served(
     assert page["steps"] == ["debug"] and page["total"] == 2 * len(TASKS)
     assert {item["file"] for item in page["items"]} == {"debug.jsonl"}
     assert get(viewer, "/api/trajectory", run=shown["id"], file="step_7.jsonl", line=0).status_code == 404
-    assert get(viewer, "/api/metrics", run=shown["id"]).json() == {"rows": []}
+    assert get(viewer, "/api/metrics", run=shown["id"]).json() == {"rows": [], "health": []}
     for name in ["notes.txt", "ssh/id_rsa", "config.yaml", "metrics.jsonl", "rollouts/step_7.jsonl"]:
         response = get(viewer, "/api/file", run=shown["id"], name=name)
         assert response.status_code == 404 and "SECRET" not in response.text, name

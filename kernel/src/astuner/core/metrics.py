@@ -1,4 +1,4 @@
-"""Scores of a set of finished trajectories: reward mean/std, success rate, pass@k.
+"""Scores of a set of finished trajectories: reward mean/std, success rate, pass@k, tool use.
 
 Shared by everything that reports on rollouts (the torch backbone's training
 and validation steps, `astuner eval`), so the numbers mean the same thing
@@ -44,6 +44,44 @@ def rollout_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str
         f"{prefix}/error_rate": sum(t.error is not None for t in trajectories) / n,
         f"{prefix}/response_tokens_mean": sum(generated) / n,
         f"{prefix}/turns_mean": sum(len(t.calls) for t in trajectories) / n,
+        **tool_metrics(trajectories, prefix),
+    }
+
+
+def tool_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str, float]:
+    """How the model used its tools, over the calls it generated for (`trainable` or not).
+
+    `tools_offered_rate`: share of replies to calls that offered tools;
+    `tool_call_rate`: share of replies holding at least one parsed tool call;
+    `tool_calls_parsed`: how many calls they hold; `tool_parse_failures`:
+    replies whose tool call did not parse;
+    `tool_calls_executed`: parsed calls answered by a `tool` message in a
+    later call of the same agent (the framework ran the tool);
+    `truncation_rate`: share of replies cut by the length budget.
+    """
+    replies = offered = parsed = calls = failures = executed = truncated = 0
+    for t in trajectories:
+        answered: dict[str, set[str]] = {}
+        for call in t.calls:
+            ids = answered.setdefault(call.agent_name, set())
+            ids.update(str(m.get("tool_call_id")) for m in call.messages if m.get("role") == "tool")
+        for call in t.calls:
+            if not call.response_ids and not call.text:
+                continue  # a stop reply: nothing was generated
+            replies += 1
+            offered += bool(call.tools)
+            parsed += bool(call.tool_calls)
+            calls += len(call.tool_calls)
+            failures += call.tool_parse_error is not None
+            truncated += call.finish_reason == "length"
+            executed += sum(tc.id in answered[call.agent_name] for tc in call.tool_calls)
+    return {
+        f"{prefix}/tools_offered_rate": offered / replies if replies else 0.0,
+        f"{prefix}/tool_call_rate": parsed / replies if replies else 0.0,
+        f"{prefix}/tool_calls_parsed": float(calls),
+        f"{prefix}/tool_parse_failures": float(failures),
+        f"{prefix}/tool_calls_executed": float(executed),
+        f"{prefix}/truncation_rate": truncated / replies if replies else 0.0,
     }
 
 

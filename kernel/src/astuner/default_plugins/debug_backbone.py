@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from astuner.components import build_reader
+from astuner.core.health import HealthMonitor
+from astuner.core.metrics import tool_metrics
 from astuner.core.trajectory import Trajectory
 from astuner.errors import AstunerError
 from astuner.hookspecs import Register, hookimpl
@@ -41,12 +43,18 @@ class DebugBackbone:
         path = ctx.experiment.rollouts / "debug.jsonl"
         append_trajectories(path, trajectories)
         Console(width=160).print(summary_table(trajectories))
-        get_logger().info("debug rollouts written", path=str(path), trajectories=len(trajectories))
+        log = get_logger()
+        log.info("debug rollouts written", path=str(path), trajectories=len(trajectories))
+        tools = tool_metrics(trajectories, "debug")
+        log.info("tool use", **{k.split("/", 1)[1]: round(v, 3) for k, v in tools.items()})
+        HealthMonitor(prefixes=("debug",)).observe("debug rollouts", tools)
         return trajectories
 
 
 def summary_table(trajectories: list[Trajectory]) -> Table:
-    table = Table("task", "rollout", "reward", "success", "turns", "tokens", title="debug rollouts")
+    table = Table(
+        "task", "rollout", "reward", "success", "turns", "tool calls", "tokens", title="debug rollouts"
+    )
     table.add_column("error", overflow="ellipsis", no_wrap=True, max_width=70)
     for t in trajectories:
         reward = (
@@ -59,10 +67,18 @@ def summary_table(trajectories: list[Trajectory]) -> Table:
             reward,
             "-" if t.is_success is None else str(t.is_success),
             str(len(t.calls)),
+            _tool_calls(t),
             str(sum(len(c.response_ids) for c in t.calls)),
             error,
         )
     return table
+
+
+def _tool_calls(trajectory: Trajectory) -> str:
+    """Parsed tool calls, and the replies whose call did not parse."""
+    parsed = sum(len(c.tool_calls) for c in trajectory.calls)
+    broken = sum(c.tool_parse_error is not None for c in trajectory.calls)
+    return f"{parsed} ({broken} unparsed)" if broken else str(parsed)
 
 
 @hookimpl

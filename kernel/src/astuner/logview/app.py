@@ -8,7 +8,7 @@ Routes (all GET):
 - `/api/trajectories?run=&offset=&limit=&step=&task=&min_reward=&max_reward=&success=&madness=&error=&agent=`:
   a filtered page of trajectory summaries (`success`, `madness`, `error`: `yes`/`no`).
 - `/api/trajectory?run=&file=&line=`: one trajectory: conversation, token samples, advantage.
-- `/api/metrics?run=`: the rows of `metrics.jsonl`.
+- `/api/metrics?run=`: the rows of `metrics.jsonl`, and the health checks they crossed.
 - `/api/file?run=&name=`: a text file inside the run folder (`config.yaml`, `astuner.log`), its last MiB.
 
 Unknown runs, files and lines answer 404, and so does anything that
@@ -33,6 +33,7 @@ from typing import Annotated, Any
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 
+from astuner.core.health import run_health
 from astuner.logview.access import AccessGuard
 from astuner.logview.store import Filters, NotFound, RecordStore
 
@@ -150,7 +151,8 @@ def create_app(
 
     @app.get("/api/metrics", response_class=_JSON)
     def metrics(run: str) -> _JSON:
-        return _JSON({"rows": store.metrics(run)})
+        rows = store.metrics(run)
+        return _JSON({"rows": rows, "health": run_health(rows)})
 
     @app.get("/api/file")
     def run_file(run: str, name: str) -> PlainTextResponse:

@@ -22,6 +22,7 @@ import torch
 from astuner.components import build_reader, plugin_settings
 from astuner.config import AstunerConfig
 from astuner.core.advantages import advantage_estimators, compute_advantages
+from astuner.core.health import HealthMonitor
 from astuner.core.merge import MergeReport, merge_trajectory
 from astuner.core.task import Task
 from astuner.core.trajectory import Sample, Trajectory
@@ -144,6 +145,7 @@ class TorchBackbone:
         tensorboard = experiment.path / "tensorboard" if "tensorboard" in t.logger else None
         metrics_log = MetricsLog(experiment.metrics_file, tensorboard)
         sampling = sampling_from_config(config)
+        health = HealthMonitor()
         try:
             async with rollout_stack(config, ctx.plugins, engine=engine) as runner:
                 if t.val_before_train and start == 0 and val_tasks:
@@ -174,6 +176,7 @@ class TorchBackbone:
                     metrics["timing/step_s"] = time.perf_counter() - began
                     metrics_log.write(step, metrics)
                     log.info("step", step=step, of=total, **_brief(metrics))
+                    health.observe(f"step {step}", metrics)
         finally:
             metrics_log.close()
             await engine.aclose()
@@ -200,6 +203,11 @@ class TorchBackbone:
                 "train/samples": len(advantages.samples),
                 "train/calls_merged": report.calls,
                 "train/merge_ratio": report.reduction,
+                "train/samples_per_episode": report.samples_per_episode,
+                "train/trained_tokens": report.generated_tokens,
+                "train/drifts": report.drifts,
+                "train/prefix_breaks": len(report.breaks),
+                **{f"train/prefix_breaks/{r}": n for r, n in report.breaks_by_reason().items()},
             }
         )
         # No batch may be generated while the weights change.
@@ -265,7 +273,17 @@ def _tasks(tasks: Any, split: str, config: AstunerConfig) -> list[Task]:
 
 
 def _brief(metrics: dict[str, float]) -> dict[str, float]:
-    keep = ("reward_mean", "success_rate", "pass@", "actor/loss", "actor/kl", "grad_norm", "step_s")
+    keep = (
+        "reward_mean",
+        "success_rate",
+        "pass@",
+        "actor/loss",
+        "actor/kl",
+        "grad_norm",
+        "step_s",
+        "train/tool_call_rate",
+        "train/tool_parse_failures",
+    )
     return {k: round(v, 4) for k, v in metrics.items() if any(part in k for part in keep)}
 
 
