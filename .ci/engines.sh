@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# CI for the cluster backbones: verl and Trinity-RFT cannot share one environment
-# (trinity-rft 0.6.0 resolves verl 0.8.0), so each gets its own venv with the CPU
-# torch wheel (pinned by constraints.txt, which stops pip swapping in a CUDA build),
-# the engine through the plugin's `engine` extra, the kernel and the plugins its
-# tests load, all editable. Each plugin's tests then run there.
-# Usage: bash .ci/engines.sh [verl|trinity ...]   (default: both)
+# CI for what cannot share the development environment, each in a venv of its own.
+# The cluster backbones: verl and Trinity-RFT cannot share one environment
+# (trinity-rft 0.6.0 resolves verl 0.8.0), so each gets the CPU torch wheel (pinned
+# by constraints.txt, which stops pip swapping in a CUDA build), the engine through
+# the plugin's `engine` extra, the kernel and the plugins its tests load, all
+# editable. Each plugin's tests then run there.
+# The agent frameworks (`agents`): AgentScope 2.x is the same package as the
+# development environment's 1.x, so it, LangChain, the OpenAI Agents SDK and
+# LiteLLM get `.venv-agents` with the kernel alone (no torch: the kernel never
+# imports it), and tests/frameworks runs there.
+# Usage: bash .ci/engines.sh [verl|trinity|agents ...]   (default: all three)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +22,20 @@ build() {  # build VENV PLUGIN_DIR
     "$venv/bin/pip" install -q -c constraints.txt hatchling editables pytest pytest-timeout
     "$venv/bin/pip" install -q -c constraints.txt --no-build-isolation \
         -e ./kernel -e "./$plugin[engine]" -e ./plugins/reader-hf -e ./plugins/judge-math
+    "$venv/bin/pip" check
+    echo "$venv built in $(( $(date +%s) - start )) s"
+}
+
+# Versions that install together with `pip check` clean; bump them together.
+AGENT_FRAMEWORKS=(agentscope==2.0.11 langchain-openai==1.7.4 openai-agents==0.24.0 litellm==1.110.2)
+
+build_agents() {  # build_agents VENV
+    local venv=$1 start
+    start=$(date +%s)
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q -c constraints.txt hatchling editables pytest pytest-timeout
+    "$venv/bin/pip" install -q -c constraints.txt --no-build-isolation -e "./kernel[openai]" "${AGENT_FRAMEWORKS[@]}"
     "$venv/bin/pip" check
     echo "$venv built in $(( $(date +%s) - start )) s"
 }
@@ -34,11 +53,12 @@ run_tests() {  # run_tests VENV TEST_DIR
 }
 
 engines=("$@")
-[ ${#engines[@]} -eq 0 ] && engines=(verl trinity)
+[ ${#engines[@]} -eq 0 ] && engines=(verl trinity agents)
 for engine in "${engines[@]}"; do
     case $engine in
         verl) build .venv-verl plugins/backbone-verl && run_tests .venv-verl tests/backbone_verl ;;
         trinity) build .venv-trinity plugins/backbone-trinity && run_tests .venv-trinity tests/backbone_trinity ;;
-        *) echo "unknown engine '$engine': use verl or trinity" >&2; exit 2 ;;
+        agents) build_agents .venv-agents && run_tests .venv-agents tests/frameworks ;;
+        *) echo "unknown engine '$engine': use verl, trinity or agents" >&2; exit 2 ;;
     esac
 done

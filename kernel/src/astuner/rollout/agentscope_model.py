@@ -2,7 +2,8 @@
 
 AgentScope is imported only here, and only when a workflow has imported it
 already (the runner checks), so the kernel and non-AgentScope workflows
-never pay its import time.
+never pay its import time. `model_tuner_class()` picks the form for the
+installed AgentScope: this module's for 1.x, `agentscope2_model`'s for 2.x.
 """
 
 from __future__ import annotations
@@ -85,6 +86,17 @@ def agentscope_model_tuner_class() -> type[ModelTuner]:
     return AgentScopeModelTuner
 
 
+def installed_agentscope_model_tuner_class() -> type[ModelTuner]:
+    """The chat-model form of `ModelTuner` for the installed AgentScope major version (1 or 2)."""
+    import agentscope
+
+    if int(agentscope.__version__.split(".")[0]) >= 2:
+        from astuner.rollout.agentscope2_model import agentscope2_model_tuner_class
+
+        return agentscope2_model_tuner_class()
+    return agentscope_model_tuner_class()
+
+
 def model_tuner_class() -> type[ModelTuner]:
     """`ModelTuner`, or its AgentScope chat-model form once the workflow has imported AgentScope."""
-    return agentscope_model_tuner_class() if "agentscope" in sys.modules else ModelTuner
+    return installed_agentscope_model_tuner_class() if "agentscope" in sys.modules else ModelTuner

@@ -1,7 +1,8 @@
 """`ModelTuner`: the trainable model handle a workflow receives, bound to one rollout.
 
 Every way an agent can talk to the model ends in `ModelTuner.chat()`:
-AgentScope agents call it as a chat model (`astuner.rollout.agentscope_model`),
+AgentScope agents call it as a chat model (`astuner.rollout.agentscope_model`
+for 1.x, `astuner.rollout.agentscope2_model` for 2.x),
 OpenAI-SDK agents through the gateway at `openai_base_url`, and workflow
 code may call it directly. `chat()` asks the context tracker for the exact
 prompt ids, has the engine generate, records the call, and returns it.

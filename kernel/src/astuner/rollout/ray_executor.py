@@ -198,10 +198,12 @@ def remote_model_tuner_class() -> type[RemoteModelTuner]:
     """`RemoteModelTuner`, also an AgentScope chat model when the workflow uses AgentScope."""
     if "agentscope" not in sys.modules:
         return RemoteModelTuner
-    from astuner.rollout.agentscope_model import agentscope_model_tuner_class
+    from astuner.rollout.agentscope_model import installed_agentscope_model_tuner_class
 
     # The AgentScope class's __call__ ends in self.chat(), which this class sends to the gateway.
-    return type("AgentScopeRemoteModelTuner", (RemoteModelTuner, agentscope_model_tuner_class()), {})
+    return type(
+        "AgentScopeRemoteModelTuner", (RemoteModelTuner, installed_agentscope_model_tuner_class()), {}
+    )
 
 
 # ------------------------------------------------------------------ worker side
