@@ -37,6 +37,27 @@ def test_raising_and_hanging_workflows_are_recorded_and_the_rest_go_on(make_runn
     assert t2.error.startswith("Timeout: the rollout ran longer than 0.5 s") and t2.reward is None
 
 
+class SwallowsCancellation(Workflow):
+    """As an agent that catches CancelledError and carries on (AgentScope 2.x does by default)."""
+
+    async def execute(self, workflow_task, model_tuner) -> WorkflowOutput:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.3)
+        call = await model_tuner.chat([{"role": "user", "content": workflow_task.task.main_query}])
+        return WorkflowOutput(response=call.content, metadata={"final_answer": call.content})
+
+
+def test_a_workflow_that_swallows_its_cancellation_is_still_a_timeout(make_runner) -> None:
+    runner, _ = make_runner(
+        SwallowsCancellation, say_the_number, settings=RunnerSettings(rollout_timeout=0.2)
+    )
+    (late,) = asyncio.run(runner.run(tasks(1), SAMPLING, progress=False))
+    assert late.error.startswith("Timeout: the rollout ran longer than 0.2 s") and late.reward is None
+    assert "caught the cancellation" in late.error
+
+
 def test_groups_and_64_rollouts_in_flight(make_runner) -> None:
     runner, engine = make_runner(
         SayWorkflow, say_the_number, settings=RunnerSettings(max_env_worker=64), delay=0.05

@@ -198,6 +198,13 @@ class RolloutRunner:
                     output = await asyncio.wait_for(
                         self._episode(workflow_task, tuner), self.settings.rollout_timeout
                     )
+                if time.perf_counter() - started > self.settings.rollout_timeout:
+                    # wait_for returns normally when the workflow catches its cancellation and goes on
+                    error = (
+                        f"Timeout: the rollout ran longer than {self.settings.rollout_timeout:g} s "
+                        "(rollout.rollout_timeout); the workflow caught the cancellation and went on "
+                        "(an agent that swallows asyncio.CancelledError), so its result is not used."
+                    )
             except asyncio.TimeoutError:
                 error = (
                     f"Timeout: the rollout ran longer than {self.settings.rollout_timeout:g} s "
