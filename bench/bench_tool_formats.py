@@ -1,159 +1,129 @@
-"""Which tool format makes SmolLM2-135M-Instruct call its tools? Measured, not guessed.
+"""Which tool rendering makes SmolLM2-135M-Instruct call its tool? Measured, not guessed.
 
 SmolLM2's chat template renders no tools, so `model.tool_format: auto`
 falls back to astuner's `hermes` format (see astuner.core.toolformat).
-This script samples first replies of the math ReAct example (its system
-prompt and its `execute_python_code` tool, arithmetic questions from the
-built-in `arith` reader) under several renderings and counts the replies
-that hold a tool call the `hermes` parser reads, and among them the calls
-whose code prints something:
+This script samples first replies of the math ReAct example on `arith`
+questions (the example's system prompt, its `execute_python_code` tool and
+its `model.tool_demonstration`, read from examples/math_agent) under
+several renderings, and counts the replies holding a tool call that the
+`hermes` parser reads, and those that imitate a tool result instead:
 
 - `template`: the chat template alone (the tool list never reaches the model);
 - `hermes`: astuner's tool section in the system turn, no demonstration;
-- `hermes+demo`: the same plus one demonstration exchange (question, call,
-  result, answer), the tool result as a `user` turn `<tool_result ...>`;
-- `hermes+demo/tool-role`: the demonstration's result as a ChatML `tool` turn instead.
+- `hermes+1 demo`: plus the example's first worked exchange;
+- `hermes+2 demos`: plus both of the example's exchanges (what the example runs);
+- `hermes+2 demos, tagged results`: results wrapped in `<tool_result>` tags
+  instead of the plain `Result of <tool>:` turn (the rejected alternative).
 
-    .venv/bin/python bench/bench_tool_formats.py              # 8 questions x 8 samples, ~2 min
-    .venv/bin/python bench/bench_tool_formats.py --questions 4 --samples 4
+    .venv/bin/python bench/bench_tool_formats.py                   # 3 questions x 6 samples, ~10 min
+    .venv/bin/python bench/bench_tool_formats.py --questions 8 --samples 8
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import itertools
+import re
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
+from agentscope.tool import Toolkit
 from astuner_backbone_torch.models import resolve_model_dir
 from transformers import AutoModelForCausalLM
 
+from astuner.config import load_config
 from astuner.core.chat import Message, normalize_messages
 from astuner.core.tokenizer import load_tokenizer
 from astuner.core.toolcalls import get_tool_parser
 from astuner.core.toolformat import ToolFormat
 from astuner.default_plugins.arith_reader import ArithReader, ArithReaderSettings
 
-MODEL = "builtin:smollm2-135m-instruct"
-SYSTEM = (
-    "You are an agent specialized in solving math problems with tools.\n"
-    "Please solve the math problem given to you.\n"
-    "You can write and execute Python code to perform calculation or verify your answer.\n"
-    "You should return your final answer within \\boxed{}."
-)
-TOOL = {
-    "type": "function",
-    "function": {
-        "name": "execute_python_code",
-        "description": "Execute the given python code and capture the return code, standard output "
-        "and error. Note you must `print` the output to get the result.",
-        "parameters": {
-            "type": "object",
-            "properties": {"code": {"type": "string", "description": "The Python code to be executed."}},
-            "required": ["code"],
-        },
-    },
-}
-DEMONSTRATION: list[dict[str, Any]] = [
-    {"role": "user", "content": "What is 17 * 23?"},
-    {
-        "role": "assistant",
-        "content": "",
-        "tool_calls": [
-            {
-                "id": "demo_0",
-                "type": "function",
-                "function": {"name": "execute_python_code", "arguments": '{"code": "print(17 * 23)"}'},
-            }
-        ],
-    },
-    {
-        "role": "tool",
-        "tool_call_id": "demo_0",
-        "name": "execute_python_code",
-        "content": "<returncode>0</returncode><stdout>391\n</stdout><stderr></stderr>",
-    },
-    {"role": "assistant", "content": "17 * 23 = 391, so the answer is \\boxed{391}."},
-]
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "math_agent"
+_RESULT = re.compile(r"^Result of ([^:\n]*):\n(.*)$", re.DOTALL)
 
 
-def variants() -> dict[str, ToolFormat]:
-    demo = tuple(normalize_messages(DEMONSTRATION))
-    return {
-        "template": ToolFormat("template", "hermes"),
-        "hermes": ToolFormat("hermes", "hermes"),
-        "hermes+demo": ToolFormat("hermes", "hermes", demo),
-        "hermes+demo/tool-role": ToolFormat("hermes", "hermes", demo),
-    }
+def example_parts() -> tuple[str, dict[str, Any], list[dict[str, Any]], str]:
+    """The example's system prompt, tool schema, demonstration and model."""
+    spec = importlib.util.spec_from_file_location("math_agent_workflow", EXAMPLE / "workflow.py")
+    assert spec is not None and spec.loader is not None
+    workflow = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(workflow)
+    toolkit = Toolkit()
+    toolkit.register_tool_function(workflow.execute_python_code)
+    (tool,) = toolkit.get_json_schemas()
+    config = load_config(EXAMPLE / "math_agent_arith.yaml")
+    return workflow.SYSTEM_PROMPT, tool, config.model.tool_demonstration, config.model.path
 
 
-def as_tool_role(msgs: list[Message]) -> list[Message]:
-    """The `hermes` rendering, but tool results kept as ChatML `tool` turns."""
+def tagged_results(msgs: list[Message]) -> list[Message]:
+    """The `hermes` rendering with each result as `<tool_result name=...>...</tool_result>`."""
     out = []
     for m in msgs:
-        content = m["content"]
-        if m["role"] == "user" and content.startswith("<tool_result"):
-            out.append({"role": "tool", "content": content[content.index(">") + 1 : -len("</tool_result>")]})
-        else:
-            out.append(m)
+        found = _RESULT.match(m["content"]) if m["role"] == "user" else None
+        if found:
+            name, result = found.groups()
+            m = {"role": "user", "content": f'<tool_result name="{name}">{result}</tool_result>'}
+        out.append(m)
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--questions", type=int, default=8)
-    ap.add_argument("--samples", type=int, default=8)
-    ap.add_argument("--temperature", type=float, default=0.7, help="0: greedy, one reply per question")
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--only", nargs="*", help="measure these formats only")
+    ap.add_argument("--questions", type=int, default=3)
+    ap.add_argument("--samples", type=int, default=6)
+    ap.add_argument("--temperature", type=float, default=0.7, help="the example's rollout temperature")
+    ap.add_argument("--max-new-tokens", type=int, default=48)
     args = ap.parse_args()
 
-    torch.manual_seed(0)
-    tokenizer = load_tokenizer(MODEL)
-    model = AutoModelForCausalLM.from_pretrained(resolve_model_dir(MODEL), dtype=torch.float32).eval()
+    system, tool, demo, model_path = example_parts()
+    demo = normalize_messages(demo)
+    variants = {
+        "template": (ToolFormat("template", "hermes"), None),
+        "hermes": (ToolFormat("hermes", "hermes"), None),
+        "hermes+1 demo": (ToolFormat("hermes", "hermes", tuple(demo[:4])), None),
+        "hermes+2 demos": (ToolFormat("hermes", "hermes", tuple(demo)), None),
+        "hermes+2 demos, tagged results": (ToolFormat("hermes", "hermes", tuple(demo)), tagged_results),
+    }
+    tokenizer = load_tokenizer(model_path)
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_dir(model_path), dtype=torch.float32).eval()
     reader = ArithReader(ArithReaderSettings(difficulty="easy", seed=0))
-    questions = [t.main_query for _, t in zip(range(args.questions), reader.read("train"), strict=False)]
+    questions = [t.main_query for t in itertools.islice(reader.read("validation"), args.questions)]
     parse = get_tool_parser("hermes")
-    print(f"{args.questions} questions x {args.samples} samples, temperature {args.temperature}")
-    print(f"{'format':24} {'replies':>8} {'tool calls':>11} {'rate':>6} {'prints':>7} {'s':>6}")
-    for name, fmt in variants().items():
-        if args.only and name not in args.only:
-            continue
+    print(f"{args.questions} arith questions x {args.samples} samples, temperature {args.temperature}")
+    print(f"{'rendering':32} {'replies':>7} {'calls':>6} {'rate':>5} {'imitated result':>16} {'s':>6}")
+    for name, (fmt, rewrite) in variants.items():
+        torch.manual_seed(0)
         began = time.perf_counter()
-        calls = prints = replies = 0
+        replies = calls = imitated = 0
         for question in questions:
             messages = normalize_messages(
-                [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+                [{"role": "system", "content": system}, {"role": "user", "content": question}]
             )
-            msgs, tools = fmt.apply(messages, [TOOL])
-            if name.endswith("tool-role"):
-                msgs = as_tool_role(msgs)
+            msgs, tools = fmt.apply(messages, [tool])
+            if rewrite is not None:
+                msgs = rewrite(msgs)
             prompt = tokenizer.encode(tokenizer.render(msgs, tools, add_generation_prompt=True))
-            greedy = args.temperature == 0
-            sampling = (
-                {"do_sample": False} if greedy else {"do_sample": True, "temperature": args.temperature}
-            )
             with torch.no_grad():
                 out = model.generate(
                     torch.tensor([prompt]),
-                    **sampling,
+                    do_sample=True,
+                    temperature=args.temperature,
                     max_new_tokens=args.max_new_tokens,
-                    num_return_sequences=1 if greedy else args.samples,
+                    num_return_sequences=args.samples,
                     pad_token_id=tokenizer.eos_token_id,
                     eos_token_id=sorted(tokenizer.stop_token_ids),
                 )
             for row in out[:, len(prompt) :].tolist():
+                text = tokenizer.decode([i for i in row if i not in tokenizer.stop_token_ids])
                 replies += 1
-                parsed = parse(tokenizer.decode([i for i in row if i not in tokenizer.stop_token_ids]))
-                good = [
-                    c for c in parsed.tool_calls if c.name == "execute_python_code" and "print" in c.arguments
-                ]
-                calls += bool(parsed.tool_calls)
-                prints += bool(good)
+                calls += bool(parse(text).tool_calls)
+                imitated += "<tool_result" in text or "Result of" in text or "<returncode>" in text
         took = time.perf_counter() - began
-        print(
-            f"{name:24} {replies:>8} {calls:>11} {calls / replies:>6.2f} {prints:>7} {took:>6.1f}", flush=True
-        )
+        rate = calls / replies
+        print(f"{name:32} {replies:>7} {calls:>6} {rate:>5.2f} {imitated:>16} {took:>6.1f}", flush=True)
 
 
 if __name__ == "__main__":

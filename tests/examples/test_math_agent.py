@@ -14,6 +14,7 @@ import pytest
 
 from astuner.config import load_config
 from astuner.core.merge import merge_trajectory
+from astuner.logview.tokens import trajectory_view
 from astuner.record import read_trajectories
 
 REPO = Path(__file__).resolve().parents[2]
@@ -129,3 +130,40 @@ def test_debug_run_on_gsm8k_with_smollm2(tmp_path: Path) -> None:
         for sample in samples:
             assert len(sample.loss_mask) == len(sample.input_ids) == len(sample.old_logprobs)
             assert 0 < sum(sample.loss_mask) < len(sample.loss_mask)
+
+
+@pytest.mark.slow
+def test_the_agent_calls_its_tool_on_smollm2_and_the_viewer_shows_it(tmp_path: Path) -> None:
+    """The example's tool demonstration makes the built-in model call the tool; the tool really runs."""
+    result = astuner(
+        "run",
+        "--conf",
+        "examples/math_agent/math_agent_arith.yaml",
+        "--backbone",
+        "debug",
+        "-o",
+        "debug.debug_first_n_tasks=2",
+        "-o",
+        "rollout.temperature=0",
+        "-o",
+        f"experiment_dir={tmp_path / 'records'}",
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "tool format: hermes (the chat template renders none" in result.stderr
+    (tool_use,) = [line for line in result.stderr.splitlines() if "tool use" in line]
+    rate = float(tool_use.split("tool_call_rate=")[1].split()[0])
+    assert rate > 0, tool_use
+    (rollout_file,) = (tmp_path / "records").glob("math_agent_arith/*/rollouts/debug.jsonl")
+    executed = 0
+    for trajectory in read_trajectories(rollout_file):
+        assert trajectory.error is None, trajectory.error
+        for call, after in zip(trajectory.calls, trajectory.calls[1:], strict=False):
+            for tool_call in call.tool_calls:
+                (answer,) = [m for m in after.messages if m.get("tool_call_id") == tool_call.id]
+                assert answer["content"].startswith("<returncode>0</returncode><stdout>")  # the code ran
+                executed += 1
+        view = trajectory_view(trajectory, [trajectory], None, "grpo", 1.0)
+        shown = [tc for turn in view["turns"] for tc in turn["response"]["tool_calls"]]
+        assert len(shown) == sum(len(c.tool_calls) for c in trajectory.calls)
+    assert executed > 0

@@ -74,8 +74,8 @@ class ModelConfig(Section):
     )
     tool_demonstration: list[dict[str, Any]] = Field(
         default_factory=list,
-        description="One example exchange (OpenAI messages: question, tool call, result, answer) "
-        "shown after the system turn when the agent passes tools.",
+        description="Worked example exchanges (OpenAI messages: question, tool call, result, answer; "
+        "one or more) shown after the system turn when the agent passes tools.",
     )
 
     @field_validator("tool_demonstration")

@@ -47,7 +47,7 @@ def test_smollm2_sees_its_tools_past_calls_results_and_the_demonstration(smollm2
     assert seen.index("You can use these tools") < seen.index("What is 17 * 23?")  # demo after it
     demo_call = '<tool_call>\n{"name": "search", "arguments": {"query": "17*23"}}\n</tool_call>'
     assert seen.index(demo_call) < seen.index("What is the answer to the question?")
-    assert '<tool_result name="search">' in seen  # the real call's result, named
+    assert "<|im_start|>user\nResult of search:\n" in seen  # the real call's result, named
     assert first.tool_calls[0].id == "call_0_0" and first.tool_parse_error is None
     samples, report = merge_trajectory(tracker.trajectory("t"))
     assert len(samples) == 1 and report.calls == 2  # cumulative: one exact sample

@@ -171,8 +171,9 @@ def test_metrics_charts(page, serve, record_root: Path) -> None:
     page.click("#tabs button[data-tab=metrics]")
     page.wait_for_selector(".chart")
     keys = page.eval_on_selector_all(".chart", "charts => charts.map(c => c.dataset.key)")
-    assert keys == ["reward/mean", "success/rate", "tokens/mean", "time/s"]
-    assert page.locator(".chart polyline").count() == 4
+    assert keys == ["reward/mean", "success/rate", "tokens/mean", "time/s", "train/zero_adv_group_frac"]
+    assert page.locator(".chart polyline").count() == 5
+    assert "step 3: 100% of the task groups" in page.locator(".health").inner_text()
     page.click("#tabs button[data-tab=config]")
     page.wait_for_selector("pre.file")
     assert "backbone: debug" in page.locator("pre.file").inner_text()

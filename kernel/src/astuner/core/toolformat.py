@@ -17,14 +17,15 @@ any template shows (the `hermes` tool parser reads the replies):
   and Qwen models write calls;
 - an assistant turn with tool calls is its text followed by one such block
   per call (so that template mode re-renders what the model wrote);
-- a tool result is a `user` turn `<tool_result name="...">...</tool_result>`.
-  (Measured on SmolLM2-135M, `bench/bench_tool_formats.py`: see that script
-  for the figures behind these choices.)
+- a tool result is a `user` turn `Result of <tool name>:\n<result>`. Plain
+  words, not tags: wrapped in `<tool_result>` tags, SmolLM2-135M wrote such
+  tags itself instead of calling (`bench/bench_tool_formats.py` has the
+  figures behind these choices).
 
 A *demonstration* (`model.tool_demonstration`: OpenAI-style messages, one
-exchange of question, call, result, answer) can be put right after the
-system turn in either format, so that a small model sees what a call looks
-like. Rendering changes only the text the template is given: prompt ids
+or more exchanges of question, call, result, answer) can be put right
+after the system turn in either format, so that a small model sees what a
+call looks like. Rendering changes only the text the template is given: prompt ids
 are still exactly what the model saw, and generated ids what it wrote.
 """
 
@@ -140,9 +141,7 @@ def _hermes_messages(msgs: list[Message], tools: Sequence[Mapping[str, Any]] | N
             out.append({"role": "assistant", "content": "\n".join(lines)})
         elif m["role"] == "tool":
             name = m.get("name") or names.get(m.get("tool_call_id"), "")
-            out.append(
-                {"role": "user", "content": f'<tool_result name="{name}">{m["content"]}</tool_result>'}
-            )
+            out.append({"role": "user", "content": f"Result of {name or 'the tool'}:\n{m['content']}"})
         else:
             out.append(m)
     if not tools:
