@@ -48,6 +48,11 @@ class _State:
     verbose = False
 
 
+def is_verbose() -> bool:
+    """Whether `astuner --verbose` was given (for plugin commands that set up logging)."""
+    return _State.verbose
+
+
 def _console(stderr: bool = False) -> Console:
     # Wide when not a terminal, so piped tables and errors stay on one line each.
     return Console(stderr=stderr, width=None if sys.stdout.isatty() else 200, highlight=False)

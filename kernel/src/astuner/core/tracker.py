@@ -153,14 +153,14 @@ class ContextTracker:
         source: PromptSource = "template"
         if continues and self.settings.mode == "cumulative":
             assert ctx is not None
-            text = self._render(msgs, tool_list, True)
+            text = self.render(msgs, tool_list, True)
             delta = self._delta(ctx, msgs, text)
             if delta is None:
                 source = "fallback"
             else:
                 ids, source = ctx.ids + delta, "cumulative"
         if ids is None:
-            text = text or self._render(msgs, tool_list, True)
+            text = text or self.render(msgs, tool_list, True)
             ids = self.tokenizer.encode(text, self._literals)
         prep = self._prepared(agent_name, msgs, tool_list, ids, source, t0, None)
         prep.rendered = text
@@ -201,7 +201,7 @@ class ContextTracker:
             prepared_at=now,
         )
 
-    def _render(self, msgs: Sequence[Message], tools: list[dict[str, Any]] | None, gen: bool) -> str:
+    def render(self, msgs: Sequence[Message], tools: list[dict[str, Any]] | None, gen: bool) -> str:
         """The template over `msgs`; a content that spells out a special token renders as a placeholder.
 
         `encode` puts such a content back as plain text (see `ChatTokenizer.encode`):
@@ -239,7 +239,7 @@ class ContextTracker:
         if eot in repr(msgs[len(ctx.messages)]):
             return None
         if ctx.history_text is None:
-            ctx.history_text = self._render(ctx.messages, ctx.tools, False)
+            ctx.history_text = self.render(ctx.messages, ctx.tools, False)
         if not text.startswith(ctx.history_text):
             return None
         rest = text[len(ctx.history_text) :]

@@ -109,7 +109,7 @@ class TorchBackbone:
                 "or pick a backbone that uses an external engine (verl, trinity)."
             )
         estimator = estimator_name(config)
-        _quiet_transformers()
+        quiet_transformers()
         if settings.num_threads:
             torch.set_num_threads(settings.num_threads)
         reader = build_reader(config, ctx.plugins)
@@ -134,7 +134,7 @@ class TorchBackbone:
         )
         trainer = PolicyTrainer(policy, update_settings)
         if t.save_freq <= total:  # before any work: the disk must hold at least one checkpoint
-            ensure_space(experiment.checkpoints, _checkpoint_size(policy))
+            ensure_space(experiment.checkpoints, checkpoint_size(policy))
         start = 0
         if checkpoint is not None:
             start = self._restore(checkpoint, trainer, stream)
@@ -226,7 +226,7 @@ class TorchBackbone:
         config: AstunerConfig,
     ) -> None:
         ensure_finite(policy.trainable_parameters(), step)
-        ensure_space(root, _checkpoint_size(policy))
+        ensure_space(root, checkpoint_size(policy))
         save_checkpoint(
             root,
             step,
@@ -256,7 +256,7 @@ class TorchBackbone:
         return checkpoint.step
 
 
-def _quiet_transformers() -> None:
+def quiet_transformers() -> None:
     """No per-file progress bars from transformers when loading or saving weights every step."""
     from transformers.utils import logging as hf_logging
 
@@ -287,7 +287,7 @@ def _brief(metrics: dict[str, float]) -> dict[str, float]:
     return {k: round(v, 4) for k, v in metrics.items() if any(part in k for part in keep)}
 
 
-def _checkpoint_size(policy: Policy) -> int:
+def checkpoint_size(policy: Policy) -> int:
     """One checkpoint of this policy: the adapter alone with LoRA, else every weight."""
     trainable = list(policy.trainable_parameters())
     weights = trainable if policy.lora else list(policy.model.state_dict().values())

@@ -1,15 +1,16 @@
-"""Training tasks in batches: a seeded shuffle per epoch, and a position that checkpoints can hold."""
+"""Training tasks (or SFT samples) in batches: a seeded shuffle per epoch, and a position checkpoints hold."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import Generic, TypeVar
 
-from astuner.core.task import Task
+Item = TypeVar("Item")
 
 
-class TaskStream:
-    """Yields `batch_size` tasks per step, epoch after epoch.
+class TaskStream(Generic[Item]):
+    """Yields `batch_size` items (tasks, or samples for SFT) per step, epoch after epoch.
 
     Each epoch visits the tasks in an order shuffled by `(seed, epoch)`; a
     partial batch at the end of an epoch is dropped (so every step has the
@@ -18,9 +19,9 @@ class TaskStream:
     `(epoch, batch)`, so resuming needs no saved iterator.
     """
 
-    def __init__(self, tasks: Sequence[Task], batch_size: int, seed: int) -> None:
+    def __init__(self, tasks: Sequence[Item], batch_size: int, seed: int) -> None:
         if not tasks:
-            raise ValueError("no tasks to train on")
+            raise ValueError("nothing to train on")
         self.tasks = list(tasks)
         self.batch_size = min(batch_size, len(self.tasks))
         self.seed = seed
@@ -36,7 +37,7 @@ class TaskStream:
         random.Random(f"astuner-tasks:{self.seed}:{epoch}").shuffle(order)
         return order
 
-    def next_batch(self) -> list[Task]:
+    def next_batch(self) -> list[Item]:
         if self.batch >= self.batches_per_epoch:
             self.epoch, self.batch = self.epoch + 1, 0
         order = self._order(self.epoch)

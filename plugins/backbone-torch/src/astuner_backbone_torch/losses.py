@@ -109,6 +109,11 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, norm: Step
     return per_seq.sum() / norm.sequences
 
 
+def token_nll(logprobs: torch.Tensor) -> torch.Tensor:
+    """Negative log-likelihood per token, `(B, T)` -> `(B, T)`: the supervised fine-tuning loss."""
+    return -logprobs
+
+
 def ppo_clip_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,

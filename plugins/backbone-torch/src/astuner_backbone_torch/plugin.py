@@ -1,4 +1,4 @@
-"""Entry point of `astuner-backbone-torch`: registers engine `transformers` and backbone `torch`.
+"""Entry point of `astuner-backbone-torch`: engine `transformers`, backbone `torch`, command `astuner sft`.
 
 Importing this module is cheap: torch and transformers load only when a
 factory runs.
@@ -7,6 +7,8 @@ factory runs.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+import typer
 
 from astuner.hookspecs import Register, hookimpl
 from astuner_backbone_torch.engine import TransformersEngineSettings
@@ -48,3 +50,10 @@ def register_backbones(register: Register) -> None:
         settings=TorchSettings,
         summary="GRPO on one machine (CPU or one GPU): PPO-clip, KL, LoRA, checkpoints, exact resume.",
     )
+
+
+@hookimpl
+def register_commands(cli: typer.Typer) -> None:
+    from astuner_backbone_torch.sft_command import sft
+
+    cli.command("sft")(sft)

@@ -14,6 +14,26 @@ from pydantic import BaseModel, ConfigDict, Field
 DType = Literal["auto", "float32", "bfloat16"]
 
 
+class SftSettings(BaseModel):
+    """`torch.sft`: supervised fine-tuning with `astuner sft` (a warm start before RL)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    epochs: int = Field(3, ge=1, description="Passes over the fine-tuning samples.")
+    lr: float = Field(
+        2e-5, gt=0, description="Learning rate (constant after trainer_common.optim.lr_warmup_steps)."
+    )
+    batch_size: int = Field(8, ge=1, description="Samples per optimizer step.")
+    min_reward: float | None = Field(
+        None,
+        description="From run records, keep trajectories whose reward is at least this; default: those the "
+        "judge counted as a success.",
+    )
+    save_freq: int | None = Field(
+        None, ge=1, description="Checkpoint every N optimizer steps; default: at the end of every epoch."
+    )
+
+
 class TorchSettings(BaseModel):
     """`torch:` (top level of the astuner block)."""
 
@@ -45,6 +65,9 @@ class TorchSettings(BaseModel):
     )
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in backward (less memory)."
+    )
+    sft: SftSettings = Field(
+        default_factory=SftSettings, description="`astuner sft` (supervised warm start)."
     )
     val_max_tasks: int | None = Field(
         None, ge=1, description="Validate on the first N validation tasks only (default: all)."

@@ -5,7 +5,9 @@ mini-batches (one optimizer step each), each into length-bucketed
 micro-batches of at most `max_token_len_per_gpu` padded tokens, and
 accumulates gradients over the micro-batches with the step-wide
 normalisation of `losses.aggregate`. Then: gradient clipping, AdamW, the
-learning-rate schedule, and a sync of the rollout copy.
+learning-rate schedule, and a sync of the rollout copy. The same loop
+serves supervised fine-tuning (`objective="likelihood"`, `astuner sft`):
+the loss is then the negative log-likelihood of the trained tokens.
 
 Two things are not computed because they cannot change the gradient:
 samples whose trained tokens all have advantage 0 (a GRPO group with equal
@@ -21,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -36,9 +38,12 @@ from astuner_backbone_torch.losses import (
     kl_penalty,
     ppo_clip_loss,
     token_logprobs,
+    token_nll,
 )
 from astuner_backbone_torch.models import decoder_and_head
 from astuner_backbone_torch.policy import Policy
+
+Objective = Literal["policy_gradient", "likelihood"]
 
 
 @dataclass(frozen=True)
@@ -182,8 +187,21 @@ class PolicyTrainer:
         with self.policy.reference_model() as reference:
             return self.logprobs(reference, batch)[0]
 
-    def update(self, samples: Sequence[Sample]) -> dict[str, float]:
-        """Train on a step's samples; returns the step's training metrics."""
+    def likelihood_loss(
+        self, batch: MicroBatch, norm: StepNorm
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """This micro-batch's share of the step's negative log-likelihood (supervised fine-tuning)."""
+        logprobs, entropy = self.logprobs(self.policy.model, batch)
+        nll = token_nll(logprobs)
+        return aggregate(nll, batch.mask, self.settings.loss_agg_mode, norm), {"nll": nll, "entropy": entropy}
+
+    def update(self, samples: Sequence[Sample], objective: Objective = "policy_gradient") -> dict[str, float]:
+        """Train on a step's samples; returns the step's training metrics.
+
+        `objective`: `policy_gradient` (PPO-clip on the samples' advantages,
+        plus KL when configured) or `likelihood` (supervised fine-tuning: the
+        negative log-likelihood of every trained token; advantages unused).
+        """
         s = self.settings
         model = self.policy.model
         totals = _Totals()
@@ -195,13 +213,16 @@ class PolicyTrainer:
         model.train()
         for part in _split(list(samples), s.mini_batch_num):
             norm = sample_norm(part)
-            carrying = [x for x in part if self._carries_gradient(x)]
+            carrying = [x for x in part if objective == "likelihood" or self._carries_gradient(x)]
             metrics["skipped_samples"] += len(part) - len(carrying)
             self.optimizer.zero_grad(set_to_none=True)
             for batch in make_micro_batches(carrying, s.max_tokens, self.pad_id):
                 batch = batch.to(self.policy.device)
-                ref = self.reference_logprobs(batch) if s.use_kl_loss else None
-                loss, stats = self.loss(batch, norm, ref)
+                if objective == "likelihood":
+                    loss, stats = self.likelihood_loss(batch, norm)
+                else:
+                    ref = self.reference_logprobs(batch) if s.use_kl_loss else None
+                    loss, stats = self.loss(batch, norm, ref)
                 loss.backward()
                 totals.add(batch.mask, **stats)
                 metrics["loss"] += float(loss.detach())

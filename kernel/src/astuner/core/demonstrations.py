@@ -1,0 +1,134 @@
+"""Demonstrations: written conversations turned into trajectories, token for token as a rollout would be.
+
+A demonstration is one OpenAI-style conversation (`{"messages": [...],
+"tools": [...]}`) whose assistant turns are what the model should have
+written. Each assistant turn becomes one recorded call of a
+`ContextTracker`: the prompt is built exactly as for a live call (same chat
+template, same tool format and demonstration, same cumulative context), and
+the "response" is the assistant turn as the template writes it, closed by
+the end-of-turn token the model would have generated. So a model trained on
+a demonstration learns the very tokens it is later sampled on, and the
+trajectory goes through the same merge, masks, records and viewer as a
+rollout.
+
+A turn that does not read back as written (its tool calls do not parse in
+the format the model is prompted with) is an error naming the line and the
+turn: training on it would teach a format the parser cannot read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from astuner.core.chat import Message, normalize_messages
+from astuner.core.tokenizer import ChatTokenizer
+from astuner.core.tracker import ContextTracker, TrackerSettings
+from astuner.core.trajectory import LLMCall, Trajectory
+from astuner.errors import AstunerError
+
+
+class DemonstrationError(AstunerError):
+    """A demonstration that cannot be turned into trainable tokens."""
+
+
+def reply_ids(tracker: ContextTracker, history: Sequence[Message], reply: Message, tools: Any) -> list[int]:
+    """The token ids of `reply` as the model would generate them after `history`.
+
+    The template is rendered over `history` with the generation prompt and
+    over `history + [reply]` without it; the reply is what the second adds,
+    up to and including the end-of-turn token.
+    """
+    tokenizer = tracker.tokenizer
+    prompt = tracker.render(history, tools, True)
+    full = tracker.render([*history, reply], tools, False)
+    if not full.startswith(prompt):
+        raise DemonstrationError(
+            "the chat template renders the conversation before this assistant turn differently once the "
+            "turn is added, so the turn cannot be cut out as generated tokens"
+        )
+    rest = full[len(prompt) :]
+    end = rest.find(tokenizer.end_of_turn)
+    if end < 0:
+        raise DemonstrationError(f"the template closes the assistant turn without '{tokenizer.end_of_turn}'")
+    return [*tokenizer.encode(rest[:end]), tokenizer.end_of_turn_id]
+
+
+def demonstration_trajectory(
+    tokenizer: ChatTokenizer,
+    settings: TrackerSettings,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    trajectory_id: str = "demonstration",
+    agent_name: str = "default",
+) -> Trajectory:
+    """One trajectory whose calls are the assistant turns of `messages` (see the module doc)."""
+    msgs = normalize_messages(messages)
+    tool_list = [dict(t) for t in tools] if tools else None
+    tracker = ContextTracker(tokenizer, settings)
+    turns = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
+    if not turns:
+        raise DemonstrationError("it has no assistant turn to learn from")
+    for i in turns:
+        prepared = tracker.prepare(msgs[:i], tool_list, agent_name)
+        if prepared.stop_reason is not None:
+            raise DemonstrationError(
+                f"assistant turn {i}: the prompt leaves no room for a reply within rollout.max_model_len "
+                f"({len(prepared.prompt_ids)} prompt tokens)"
+            )
+        try:
+            ids = reply_ids(tracker, msgs[:i], msgs[i], tool_list)
+        except DemonstrationError as exc:
+            raise DemonstrationError(f"assistant turn {i}: {exc}") from None
+        call = tracker.record(prepared, ids, None, "stop")
+        _check_reads_back(call, msgs[i], i)
+    return tracker.trajectory(trajectory_id, task_id=trajectory_id, group_id=trajectory_id)
+
+
+def _check_reads_back(call: LLMCall, turn: Message, index: int) -> None:
+    wanted = [
+        (tc["function"]["name"], _arguments(tc["function"]["arguments"]))
+        for tc in turn.get("tool_calls") or []
+    ]
+    got = [(tc.name, _arguments(tc.arguments)) for tc in call.tool_calls]
+    if wanted != got or call.tool_parse_error:
+        why = f" ({call.tool_parse_error})" if call.tool_parse_error else ""
+        raise DemonstrationError(
+            f"assistant turn {index}: the model would write it as {call.text!r}, which the tool-call parser "
+            f"reads as {got or 'no tool call'}{why}, not as {wanted or 'no tool call'}. Check the tool "
+            "call's name and JSON arguments, and context_tracker.tool_parser against model.tool_format"
+        )
+
+
+def _arguments(arguments: Any) -> Any:
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except json.JSONDecodeError:
+            return arguments
+    return arguments
+
+
+def read_demonstrations(
+    path: Path,
+) -> Iterator[tuple[int, list[dict[str, Any]], list[dict[str, Any]] | None]]:
+    """`(line number, messages, tools)` for each line of a demonstrations file; a clear error otherwise."""
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DemonstrationError(f"{path}, line {number}: not JSON ({exc.msg}).") from None
+            messages = row.get("messages") if isinstance(row, dict) else None
+            if not isinstance(messages, list) or not messages:
+                raise DemonstrationError(
+                    f"{path}, line {number}: a demonstration is an object with a non-empty 'messages' "
+                    "list (OpenAI chat messages) and optional 'tools', e.g. "
+                    '{"messages": [{"role": "user", ...}, {"role": "assistant", ...}]}.'
+                )
+            yield number, messages, row.get("tools") or None

@@ -1,0 +1,274 @@
+"""Supervised fine-tuning (`astuner sft`): a warm start for a model too small to find a behaviour by RL.
+
+What is trained on, from `--from`:
+- a demonstrations file (JSON lines of `{"messages": [...], "tools": [...]}`):
+  each conversation becomes a trajectory through `astuner.core.demonstrations`,
+  rendered exactly as the config's rollouts are (chat template, tool format,
+  `model.tool_demonstration`);
+- run records (a `rollouts/*.jsonl` file, or a run folder): the trajectories
+  the judge passed (rejection-sampling fine-tuning), by default those counted
+  a success, or with `torch.sft.min_reward` those rewarded at least that.
+
+Either way the trajectories are merged into samples by the same prefix merge
+as RL, so the loss covers exactly the tokens RL would train (the model's own
+turns; never prompts, tool results or untrainable calls), each once. The
+objective is their negative log-likelihood, token-mean over each step.
+The samples go to `rollouts/sft_data.jsonl` of the run folder, so the
+viewer shows what was trained; checkpoints are the torch backbone's, so a
+killed run resumes (`trainer_common.resume: auto`) and RL starts from the
+result with `-o model.path=<checkpoint>`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from astuner.config import AstunerConfig
+from astuner.core.demonstrations import DemonstrationError, demonstration_trajectory, read_demonstrations
+from astuner.core.merge import merge_trajectory
+from astuner.core.metrics import scalar_reward, succeeded
+from astuner.core.tokenizer import ChatTokenizer, load_tokenizer
+from astuner.core.trajectory import Sample, Trajectory
+from astuner.errors import AstunerError, ConfigError
+from astuner.logs import get_logger
+from astuner.record import ExperimentDir, append_trajectories, read_trajectories
+from astuner.rollout.stack import runner_settings_from_config
+from astuner_backbone_torch.backbone import checkpoint_size, quiet_transformers, seed_everything
+from astuner_backbone_torch.checkpoint import (
+    Checkpoint,
+    ensure_finite,
+    ensure_space,
+    prune_checkpoints,
+    resume_from,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from astuner_backbone_torch.data import TaskStream
+from astuner_backbone_torch.metrics import MetricsLog
+from astuner_backbone_torch.models import resolve_model_dir
+from astuner_backbone_torch.policy import Policy
+from astuner_backbone_torch.settings import SftSettings, TorchSettings
+from astuner_backbone_torch.trainer import PolicyTrainer, UpdateSettings
+
+SFT_DATA = "sft_data.jsonl"
+
+
+@dataclass
+class SftData:
+    """What `--from` gave: its kind, how many trajectories it held, those kept, and their samples."""
+
+    source: Path
+    kind: str  # "demonstrations" or "records"
+    read: int
+    trajectories: list[Trajectory]
+    samples: list[Sample]
+
+    @property
+    def trained_tokens(self) -> int:
+        return sum(s.num_trained_tokens for s in self.samples)
+
+
+def passed(trajectory: Trajectory, min_reward: float | None) -> bool:
+    """Whether a recorded trajectory is fine-tuned on: no error, and a success (`is_success`, else a
+    positive reward) or, with `min_reward`, a reward at least that."""
+    if trajectory.error is not None or trajectory.reward is None:
+        return False
+    if min_reward is None:
+        return succeeded(trajectory)
+    return (scalar_reward(trajectory) or 0.0) >= min_reward
+
+
+def record_files(source: Path) -> list[Path]:
+    """The rollout files of `source`: itself, or every `rollouts/*.jsonl` of a run folder."""
+    if source.is_file():
+        return [source]
+    if (source / "rollouts").is_dir():
+        return sorted((source / "rollouts").glob("*.jsonl"))
+    return sorted(source.glob("*.jsonl")) if source.is_dir() else []
+
+
+def source_kind(file: Path) -> str:
+    """`demonstrations` or `records`, from the keys of the file's first line."""
+    with file.open(encoding="utf-8") as lines:
+        for line in lines:
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise AstunerError(f"--from: '{file}' line 1 is not JSON ({exc.msg}).") from None
+                if isinstance(row, dict) and "messages" in row:
+                    return "demonstrations"
+                if isinstance(row, dict) and "calls" in row:
+                    return "records"
+                break
+    raise AstunerError(
+        f"--from: '{file}' is neither a demonstrations file (JSON lines with 'messages') nor run records "
+        "(JSON lines with 'calls', as in a run's rollouts/step_<n>.jsonl)."
+    )
+
+
+def load_sft_data(source: Path, config: AstunerConfig, tokenizer: ChatTokenizer, sft: SftSettings) -> SftData:
+    """Read `--from` into trajectories and samples; a clear error when nothing is left to train on."""
+    files = record_files(source)
+    if not files:
+        raise AstunerError(
+            f"--from: '{source}' holds no .jsonl file. Give a demonstrations file, a rollout file "
+            "(rollouts/step_<n>.jsonl) or a run folder."
+        )
+    kind = source_kind(files[0])
+    if kind == "demonstrations":
+        trajectories = _demonstrations(files[0], config, tokenizer)
+        read = len(trajectories)
+    else:
+        recorded = [t for f in files if source_kind(f) == "records" for t in read_trajectories(f)]
+        read = len(recorded)
+        trajectories = [t for t in recorded if passed(t, sft.min_reward)]
+    samples = [s for t in trajectories for s in merge_trajectory(t)[0] if s.num_trained_tokens]
+    if not samples:
+        which = "counted a success" if sft.min_reward is None else f"rewarded at least {sft.min_reward:g}"
+        raise AstunerError(
+            f"--from: nothing to fine-tune on in '{source}': {read} trajectories read, {len(trajectories)} "
+            f"{which if kind == 'records' else 'usable'}, with no trainable tokens among them. "
+            + ("Lower torch.sft.min_reward, or record more rollouts." if kind == "records" else "")
+        )
+    return SftData(source, kind, read, trajectories, samples)
+
+
+def _demonstrations(file: Path, config: AstunerConfig, tokenizer: ChatTokenizer) -> list[Trajectory]:
+    settings = runner_settings_from_config(config).tracker
+    out = []
+    for number, messages, tools in read_demonstrations(file):
+        try:
+            out.append(
+                demonstration_trajectory(tokenizer, settings, messages, tools, trajectory_id=f"demo-{number}")
+            )
+        except DemonstrationError as exc:
+            raise AstunerError(f"--from: '{file}', line {number}: {exc}") from None
+    return out
+
+
+def update_settings(config: AstunerConfig, settings: TorchSettings) -> UpdateSettings:
+    """The trainer's settings for SFT: `torch.sft.lr`, token-mean NLL at temperature 1, one step per batch."""
+    t = config.trainer_common
+    return UpdateSettings(
+        lr=settings.sft.lr,
+        weight_decay=t.optim.weight_decay,
+        lr_warmup_steps=t.optim.lr_warmup_steps,
+        temperature=1.0,
+        loss_agg_mode="token-mean",
+        grad_clip=t.grad_clip,
+        max_tokens=t.max_token_len_per_gpu,
+        logprob_chunk=settings.logprob_chunk,
+        max_nonfinite_updates=settings.max_nonfinite_updates,
+    )
+
+
+def run_sft(config: AstunerConfig, settings: TorchSettings, source: Path, experiment: ExperimentDir) -> Path:
+    """Fine-tune `model.path` on `source`; returns the last checkpoint folder."""
+    log = get_logger(backbone="torch", command="sft")
+    sft = settings.sft
+    tokenizer = load_tokenizer(resolve_model_dir(config.model.path))
+    data = load_sft_data(source, config, tokenizer, sft)
+    append_trajectories(experiment.rollouts / SFT_DATA, data.trajectories)
+    stream: TaskStream[Sample] = TaskStream(data.samples, sft.batch_size, config.trainer_common.seed)
+    total = sft.epochs * stream.batches_per_epoch
+    save_freq = sft.save_freq or stream.batches_per_epoch
+    log.info(
+        f"sft: {len(data.samples)} samples, {data.trained_tokens} trained tokens from {data.source} "
+        f"({data.kind}: {len(data.trajectories)} of {data.read} trajectories); {sft.epochs} epochs x "
+        f"{stream.batches_per_epoch} steps of {stream.batch_size} samples, lr {sft.lr:g}"
+    )
+    checkpoint = resume_from(config)
+    seed_everything(config.trainer_common.seed)
+    quiet_transformers()
+    if settings.num_threads:
+        torch.set_num_threads(settings.num_threads)
+    policy = Policy.load(
+        config, settings, need_reference=False, weights=checkpoint.path if checkpoint else None
+    )
+    trainer = PolicyTrainer(policy, update_settings(config, settings))
+    start = _restore(checkpoint, trainer, stream, data) if checkpoint else 0
+    if checkpoint is not None:
+        log.info("resumed", checkpoint=str(checkpoint.path), step=start, of=total)
+    metrics_log = MetricsLog(
+        experiment.metrics_file,
+        experiment.path / "tensorboard" if "tensorboard" in config.trainer_common.logger else None,
+    )
+    last = checkpoint.path if checkpoint is not None else None
+    try:
+        for step in range(start + 1, total + 1):
+            began = time.perf_counter()
+            update = trainer.update(stream.next_batch(), objective="likelihood")
+            metrics = {f"sft/{k}": v for k, v in update.items()}
+            if step % save_freq == 0 or step == total:
+                last = _save(experiment, step, policy, trainer, stream, config, data)
+            metrics["timing/step_s"] = time.perf_counter() - began
+            metrics_log.write(step, metrics)
+            log.info(
+                "sft step",
+                step=step,
+                of=total,
+                epoch=(step - 1) // stream.batches_per_epoch + 1,
+                nll=round(update.get("nll", 0.0), 4),
+                tokens=int(update["tokens_trained"]),
+                step_s=round(metrics["timing/step_s"], 2),
+            )
+    finally:
+        metrics_log.close()
+    if last is None:
+        raise AstunerError("sft: no step ran and no checkpoint exists.")
+    return last
+
+
+def _save(
+    experiment: ExperimentDir,
+    step: int,
+    policy: Policy,
+    trainer: PolicyTrainer,
+    stream: TaskStream[Sample],
+    config: AstunerConfig,
+    data: SftData,
+) -> Path:
+    ensure_finite(policy.trainable_parameters(), step)
+    ensure_space(experiment.checkpoints, checkpoint_size(policy))
+    path = save_checkpoint(
+        experiment.checkpoints,
+        step,
+        save_model=policy.save,
+        tensors={**trainer.state_dict(), "rng": rng_state()},
+        state={
+            "kind": "sft",
+            "data": stream.state_dict(),
+            "model_path": config.model.path,
+            "lora": policy.lora,
+            "experiment": config.experiment_name,
+            "source": str(data.source),
+            "samples": len(data.samples),
+        },
+    )
+    prune_checkpoints(experiment.checkpoints, config.trainer_common.keep_last_checkpoints)
+    return path
+
+
+def _restore(
+    checkpoint: Checkpoint, trainer: PolicyTrainer, stream: TaskStream[Sample], data: SftData
+) -> int:
+    state = checkpoint.state
+    if state.get("kind") != "sft" or state.get("samples") != len(data.samples):
+        raise ConfigError(
+            f"trainer_common.resume: checkpoint '{checkpoint.path}' is not a fine-tuning run on these "
+            f"{len(data.samples)} samples (it says kind={state.get('kind', 'rl')}, samples="
+            f"{state.get('samples')}, from {state.get('source')}). Resume with the same --from, or start "
+            "fresh (trainer_common.resume: disable)."
+        )
+    tensors = checkpoint.tensors()
+    trainer.load_state_dict(tensors)
+    set_rng_state(tensors["rng"])
+    stream.load_state_dict(state["data"])
+    return checkpoint.step

@@ -1,0 +1,74 @@
+"""Command `astuner sft --conf X --from PATH`: supervised warm start of the config's model (see `sft`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from astuner.cli import ConfOption, OverrideOption, handle_user_errors, is_verbose
+from astuner.components import check_plugin_blocks, plugin_settings
+from astuner.config import AstunerConfig, load_config
+from astuner.logs import configure_logging, get_logger
+from astuner.plugins import Plugins
+from astuner.record import ExperimentDir
+
+SUFFIX = "-sft"
+
+
+def sft_config(config: AstunerConfig) -> AstunerConfig:
+    """The fine-tuning run's config: its own experiment (`<name>-sft`), so RL never resumes from it."""
+    if not config.experiment_name.endswith(SUFFIX):
+        config.experiment_name += SUFFIX
+    return config
+
+
+@handle_user_errors
+def sft(
+    conf: ConfOption,
+    source: Annotated[
+        Path,
+        typer.Option(
+            "--from",
+            help="A demonstrations file (JSON lines of {messages, tools}), a rollout file "
+            "(rollouts/step_<n>.jsonl) or a run folder: its trajectories that the judge passed.",
+        ),
+    ],
+    epochs: Annotated[
+        int | None, typer.Option(min=1, help="Passes over the samples (torch.sft.epochs).")
+    ] = None,
+    lr: Annotated[float | None, typer.Option(min=0.0, help="Learning rate (torch.sft.lr).")] = None,
+    batch_size: Annotated[
+        int | None, typer.Option("--batch-size", min=1, help="Samples per step (torch.sft.batch_size).")
+    ] = None,
+    min_reward: Annotated[
+        float | None,
+        typer.Option(
+            "--min-reward", help="Keep recorded trajectories rewarded at least this (torch.sft.min_reward)."
+        ),
+    ] = None,
+    override: OverrideOption = None,
+) -> None:
+    """Fine-tune the config's model on demonstrations or judged trajectories (a warm start before RL)."""
+    from astuner_backbone_torch.sft import run_sft  # torch: only when fine-tuning
+
+    plugins = Plugins()
+    config = sft_config(load_config(conf, override or [], backbone="torch"))
+    plugins.check_conflicts()
+    check_plugin_blocks(config, plugins)
+    settings = plugin_settings(config, plugins.get("backbone", "torch"))
+    given = {"epochs": epochs, "lr": lr, "batch_size": batch_size, "min_reward": min_reward}
+    changes = {k: v for k, v in given.items() if v is not None}
+    if changes:
+        settings = settings.model_copy(update={"sft": settings.sft.model_copy(update=changes)})
+    if not source.exists():
+        raise typer.BadParameter(f"'{source}' does not exist.", param_hint="--from")
+    experiment = ExperimentDir.create(config)
+    configure_logging(verbose=is_verbose(), log_file=experiment.log_file)
+    last = run_sft(config, settings, source, experiment).resolve()
+    log = get_logger()
+    log.info("sft finished", experiment=str(experiment.path))
+    typer.echo(f"checkpoint:  {last}")
+    typer.echo(f"records:     {experiment.path / 'rollouts'}   (astuner logview {experiment.path})")
+    typer.echo(f"RL from it:  astuner run --conf {conf} -o model.path={last}")
