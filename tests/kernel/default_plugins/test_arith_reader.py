@@ -42,3 +42,26 @@ def test_difficulty_changes_the_number_of_steps() -> None:
     assert set(steps("easy")) == {1}
     assert min(steps("hard")) >= 2
     assert max(steps("hard")) <= 3
+
+
+def test_product_problems_multiply_a_three_digit_by_a_two_digit_number() -> None:
+    settings = ArithReaderSettings(seed=5, difficulty="product", train_size=200, validation_size=50)
+    tasks = list(ArithReader(settings).read("train"))
+    assert tasks == list(ArithReader(settings).read("train"))  # deterministic
+    assert len(tasks) == 200
+    for task in tasks:
+        a, b = (int(n) for n in task.metadata["expression"].split(" * "))
+        assert 100 <= a <= 999 and 10 <= b <= 99
+        assert task.main_query == f"What is {a} times {b}?"
+        assert task.answer == str(a * b) == str(_evaluate(task.metadata["expression"]))
+    assert len({t.main_query for t in tasks}) > 190  # 81,000 possible problems: few repeats
+
+
+def test_product_validation_never_repeats_a_train_problem() -> None:
+    settings = ArithReaderSettings(difficulty="product", train_size=2000, validation_size=64)
+    reader = ArithReader(settings)
+    train = {t.main_query for t in reader.read("train")}
+    validation = [t.main_query for t in reader.read("validation")]
+    assert len(validation) == 64 == len(set(validation))
+    assert not train & set(validation)
+    assert validation == [t.main_query for t in reader.read("validation")]

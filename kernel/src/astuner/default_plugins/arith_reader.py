@@ -3,8 +3,11 @@
 The default task set: a fresh install can run and train with no download.
 Problems are short stories ("Mia has 7 shells. She finds 5 more. ...") whose
 answer is a whole number; difficulty sets how many operations a problem
-chains and how large its numbers get. The same seed gives the same tasks on
-every machine, and no validation problem appears in the train split.
+chains and how large its numbers get. `product` is a tool-use task instead:
+"What is 412 times 37?" (3-digit by 2-digit), which a small model gets wrong
+by heart and right with a multiply tool (examples/tool_agent). The same seed
+gives the same tasks on every machine, and no validation problem appears in
+the train split.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from astuner.core.task import Task
 from astuner.hookspecs import Register, hookimpl
 from astuner.protocols import Split
 
-Difficulty = Literal["easy", "medium", "hard"]
+Difficulty = Literal["easy", "medium", "hard", "product"]
 
 # difficulty -> (min operations, max operations, largest starting/added number, operators)
 LEVELS: dict[str, tuple[int, int, int, str]] = {
@@ -27,6 +30,8 @@ LEVELS: dict[str, tuple[int, int, int, str]] = {
     "medium": (1, 2, 50, "+-*"),
     "hard": (2, 3, 100, "+-*/"),
 }
+# difficulty `product`: "What is A times B?" with A in 100..999 and B in 10..99
+PRODUCT_A, PRODUCT_B = (100, 999), (10, 99)
 
 NAMES = ["Mia", "Leo", "Ava", "Sam", "Noah", "Zoe", "Omar", "Lena", "Ivan", "Yuki", "Ana", "Ben"]
 ITEMS = ["apples", "marbles", "stickers", "books", "shells", "coins", "pencils", "cards"]
@@ -38,13 +43,20 @@ class ArithReaderSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     seed: int = Field(0, description="Same seed, same tasks.")
-    difficulty: Difficulty = Field("easy", description="easy: one + or -; hard: up to 3 of + - * /.")
+    difficulty: Difficulty = Field(
+        "easy",
+        description="easy: one + or -; medium: 1-2 of + - *; hard: 2-3 of + - * /; "
+        "product: 'What is A times B?', a 3-digit by a 2-digit number (a tool-use task).",
+    )
     train_size: int = Field(1000, ge=1, description="Number of train tasks.")
     validation_size: int = Field(100, ge=1, description="Number of validation tasks.")
 
 
 def make_problem(rng: random.Random, difficulty: Difficulty) -> tuple[str, int, str]:
     """One problem: (story, answer, expression)."""
+    if difficulty == "product":
+        a, b = rng.randint(*PRODUCT_A), rng.randint(*PRODUCT_B)
+        return f"What is {a} times {b}?", a * b, f"{a} * {b}"
     min_ops, max_ops, top, operators = LEVELS[difficulty]
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
     value = rng.randint(2, top)
