@@ -20,7 +20,7 @@ each and the ratio TRL / astuner (with the generation and update parts).
 
 TRL is not a dependency of astuner: the first run builds a throw-away
 virtual environment under the system temp folder that sees the project's
-.venv (a .pth file) and adds TRL there; later runs reuse it.
+.venv (a .pth file) and adds TRL there; later runs reuse it (bench/trl_env.py).
 
     .venv/bin/python bench/bench_vs_trl.py                   # 2 rounds x 4 steps per side, ~14 min (2 cores)
     .venv/bin/python bench/bench_vs_trl.py --rounds 1 --steps 2
@@ -36,15 +36,14 @@ import re
 import statistics
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from trl_env import trl_python
+
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-TRL_VERSION = "1.16.0"
 PROMPTS, GENERATIONS, NEW_TOKENS, LR, SEED = 8, 4, 128, 1e-5, 0
 SUFFIX = " Reply with the number only."
 _NUMBER = re.compile(r"-?\d+")
@@ -225,58 +224,35 @@ def run_trl(steps: int, workdir: Path) -> None:
     model.generate = timed_generate
 
     class StepTimer(TrainerCallback):
+        """Times each step at on_step_end; prints it at on_log, which TRL calls after on_step_end
+        with that step's metrics (state.log_history at on_step_end still ends with the step before)."""
+
         def __init__(self) -> None:
             self.last = time.perf_counter()
+            self.step: dict[str, Any] = {}
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             now = time.perf_counter()
-            logged = state.log_history[-1] if state.log_history else {}
-            emit(
-                {
-                    "side": "trl",
-                    "step": state.global_step,
-                    "step_s": now - self.last,
-                    "gen_s": timing["gen"],
-                    "update_s": now - self.last - timing["gen"],
-                    "reward": logged.get("reward"),
-                }
-            )
+            self.step = {
+                "side": "trl",
+                "step": state.global_step,
+                "step_s": now - self.last,
+                "gen_s": timing["gen"],
+                "update_s": now - self.last - timing["gen"],
+            }
             timing["gen"] = 0.0
             self.last = now
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kw: Any) -> None:
+            if self.step and "reward" in (logs or {}):
+                emit({**self.step, "reward": logs["reward"]})
+                self.step = {}
 
     trainer.add_callback(StepTimer())
     trainer.train()
 
 
 # ---------------------------------------------------------------- orchestration
-
-
-def trl_env() -> Path:
-    """A venv under the temp folder that sees this interpreter's packages plus TRL; its python."""
-    venv = Path(tempfile.gettempdir()) / "astuner-bench-trl"
-    python = venv / "bin" / "python"
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
-    site = Path(
-        subprocess.run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    )
-    # The project's .venv (torch, transformers, astuner and its editable installs, whose own .pth
-    # files only a site dir processes) is visible to the benchmark venv.
-    dev_site = sysconfig.get_paths()["purelib"]
-    (site / "astuner_dev.pth").write_text(f"import site; site.addsitedir({dev_site!r})\n", encoding="utf-8")
-    check = subprocess.run([str(python), "-c", f"import trl; assert trl.__version__ == '{TRL_VERSION}'"])
-    if check.returncode != 0:
-        constraints = REPO / "constraints.txt"
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", "-c", str(constraints), f"trl=={TRL_VERSION}"],
-            check=True,
-        )
-    return python
 
 
 def run_side(python: Path, side: str, steps: int, extra: list[str]) -> list[dict[str, Any]]:
@@ -332,7 +308,7 @@ def main() -> None:
     if args.side == "trl":
         run_trl(args.steps, args.workdir)
         return
-    python = trl_env()
+    python = trl_python()
     records = []
     for round_ in range(args.rounds):
         for side in ("astuner", "trl") if round_ % 2 == 0 else ("trl", "astuner"):
