@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from astuner.core.demonstrations import DemonstrationError, demonstration_trajectory, read_demonstrations
 from astuner.core.merge import merge_trajectory
+from astuner.core.tokenizer import ChatTokenizer
 from astuner.core.tracker import ContextTracker, TrackerSettings
 from astuner.testing.broken_tool_calls import MULTIPLY_TOOL
+from astuner.testing.tokenizers import qwen25_tokenizer
 
 TOOLS = [MULTIPLY_TOOL]
 
@@ -76,3 +79,19 @@ def test_a_malformed_line_names_file_and_line(tmp_path):
     path.write_text(json.dumps({"messages": conversation(), "tools": TOOLS}) + "\n\n" + '{"prompt": "x"}\n')
     with pytest.raises(DemonstrationError, match=r"demos.jsonl, line 3: .*'messages'"):
         list(read_demonstrations(path))
+
+
+def test_json_text_arguments_reach_a_template_as_the_object_the_model_writes():
+    # Qwen2.5's own template writes `arguments | tojson` whatever they are; OpenAI clients send text.
+    hf = qwen25_tokenizer()
+    template = re.sub(
+        r"\{%- if fn\.arguments is string %\}.*?\{%- endif %\}",
+        "{{- fn.arguments | tojson }}",
+        hf.chat_template,
+        flags=re.S,
+    )
+    assert template != hf.chat_template
+    tokenizer = ChatTokenizer(hf, chat_template=template)
+    trajectory = demonstration_trajectory(tokenizer, TrackerSettings(), conversation(), TOOLS)
+    assert '"arguments": {"a": 412, "b": 37}' in tokenizer.decode(trajectory.calls[0].response_ids)
+    assert trajectory.calls[1].prompt_source == "cumulative"

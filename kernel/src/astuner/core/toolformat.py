@@ -119,8 +119,32 @@ class ToolFormat:
         if tools and self.demonstration:
             msgs = _with_demonstration(msgs, list(self.demonstration))
         if self.name == "template":
-            return msgs, [dict(t) for t in tools] if tools else None
+            return [_object_arguments(m) for m in msgs], [dict(t) for t in tools] if tools else None
         return _hermes_messages(msgs, tools), None
+
+
+def _object_arguments(msg: Message) -> Message:
+    """The message with JSON-text tool-call arguments as objects, as chat templates expect them.
+
+    OpenAI clients send `arguments` as JSON text; templates (Qwen2.5's among
+    them) write `arguments | tojson`, which would show the model its own call
+    as a quoted string, not the object it wrote. Text that is not a JSON
+    object is left as it is.
+    """
+    calls = msg.get("tool_calls")
+    if not calls or not any(isinstance(tc["function"]["arguments"], str) for tc in calls):
+        return msg
+    return {**msg, "tool_calls": [_with_object_arguments(tc) for tc in calls]}
+
+
+def _with_object_arguments(tc: dict[str, Any]) -> dict[str, Any]:
+    arguments = tc["function"]["arguments"]
+    if isinstance(arguments, str):
+        with contextlib.suppress(json.JSONDecodeError):
+            decoded = json.loads(arguments)
+            if isinstance(decoded, dict):
+                return {**tc, "function": {**tc["function"], "arguments": decoded}}
+    return tc
 
 
 def _with_demonstration(msgs: list[Message], demo: list[Message]) -> list[Message]:
