@@ -1,0 +1,326 @@
+"""Agents that learn to use tools: astuner's GRPO against TRL's agent GRPO on examples/tool_agent, on CPU.
+
+The task is examples/tool_agent: "What is 412 times 37?" with a `multiply` tool, at most three model
+calls per episode, reward 1 when the last integer of the final reply is the product. SmolLM2-135M
+cannot do these products by heart, so the reward measures tool use. The run:
+
+1. The model both sides train: SmolLM2-135M-Instruct with TRL's Qwen2.5 tool template as its chat
+   template (bench/trl_env.py). TRL 1.16 takes `tools=` only with templates it knows, and SmolLM2's
+   own renders no tools; SmolLM2 speaks ChatML like Qwen2.5, so both get this template and feed the
+   model the same tokens (agentic_trl.py checks the ids of the first prompt and of a tool turn).
+2. The base model is evaluated, then warm-started with `astuner sft` on --sft-demos of the example's
+   demonstrations (one epoch: enough for a first tool call, not for all of them; the whole set
+   makes greedy replies perfect and leaves RL nothing to show); that checkpoint is where both RL
+   runs start (the same warm start for TRL).
+   No demonstration sits in the prompt (`model.tool_demonstration: []`): the warm start replaces it,
+   and prompts stay short for both.
+3. astuner (`astuner run --backbone torch`) and TRL (`GRPOTrainer(tools=[multiply])`, bench/agentic_trl.py)
+   train from it side by side, at the same time, one CPU thread each, so both see the same machine:
+   same prompts in the same order, group size, token budget, learning rate (constant, AdamW without
+   weight decay), temperature 1.0, no KL, token-mean loss, float32.
+4. The same evaluator (`astuner eval`: the first --val-tasks validation problems, --val-samples each
+   at temperature 1.0, the policy RL samples from) scores the base model, the warm start and both
+   sides' checkpoints every --eval-every steps.
+
+Printed: per step for both sides, reward (mean over the step's rollouts), tool-call rate (episodes
+with at least one tool call), tool-call parse failures per episode, tool calls per episode, seconds
+per step; then validation reward and tool-call rate per checkpoint; then the reward gains and the
+ratio of seconds per step (TRL / astuner). One difference is TRL's by design: its
+`max_completion_length` (--max-tokens) bounds a whole episode, astuner's bounds each reply.
+
+    .venv/bin/python bench/bench_agentic.py                       # 30 steps of 4 x 4; about an hour here
+    .venv/bin/python bench/bench_agentic.py --steps 2 --eval-every 2 --val-tasks 4   # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+EXAMPLE = REPO / "examples" / "tool_agent"
+sys.path.insert(0, str(HERE))
+
+import trl_env  # noqa: E402
+from agentic_trl import task_module, write_tasks  # noqa: E402
+
+from astuner.core.metrics import scalar_reward  # noqa: E402
+from astuner.core.trajectory import Trajectory  # noqa: E402
+from astuner.record import read_trajectories  # noqa: E402
+
+
+def bench_config(work: Path, model: Path, args: argparse.Namespace) -> Path:
+    """examples/tool_agent/tool_agent.yaml with the bench's model, sizes and one thread per side."""
+    block = yaml.safe_load((EXAMPLE / "tool_agent.yaml").read_text(encoding="utf-8"))["astuner"]
+    block["experiment_dir"] = str(work / "records")
+    block["model"] = {"path": str(model), "tool_demonstration": []}
+    block["data"] = {"train_batch_size": args.prompts}
+    block["rollout"].update(
+        num_repeat=args.generations,
+        temperature=1.0,
+        max_response_length_in_one_turn=args.max_tokens,
+        engines={"transformers": {"num_threads": args.threads}},
+    )
+    block["trainer_common"].update(
+        total_training_steps=args.steps,
+        val_before_train=False,
+        test_freq=args.steps + 1,
+        save_freq=args.eval_every,
+        seed=args.seed,
+        optim={"lr": args.lr, "weight_decay": 0.0},
+    )
+    block["torch"] = {
+        "num_threads": args.threads,
+        "train_dtype": "float32",
+        "gen_dtype": "float32",
+        "sft": {"epochs": args.sft_epochs, "lr": args.sft_lr, "batch_size": 8},
+    }
+    block.pop("debug", None)
+    path = work / "bench.yaml"
+    path.write_text(yaml.safe_dump({"astuner": block}, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def astuner(*args: str, threads: int) -> subprocess.Popen[str]:
+    """`astuner ARGS` in the example's folder (its workflow module), limited to `threads` threads."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "astuner", *args],
+        cwd=EXAMPLE,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen[str], what: str, log: Path) -> str:
+    output, _ = process.communicate()
+    log.write_text(output, encoding="utf-8")
+    if process.returncode != 0:
+        sys.exit(f"{what} failed (exit {process.returncode}); its output: {log}\n{output[-3000:]}")
+    return output
+
+
+def line_value(output: str, label: str) -> str:
+    """The value after `label` on the first output line that starts with it."""
+    for line in output.splitlines():
+        if line.startswith(label):
+            return line[len(label) :].split("   ")[0].strip()
+    raise SystemExit(f"no '{label}' line in:\n{output[-2000:]}")
+
+
+# ---------------------------------------------------------------- episode figures, both sides alike
+
+
+def episode_figures(trajectories: list[Trajectory]) -> dict[str, float]:
+    """Reward, tool-call rate, parse failures and tool calls, per episode."""
+    n = max(len(trajectories), 1)
+    rewards = [scalar_reward(t) or 0.0 for t in trajectories]
+    return {
+        "reward": sum(rewards) / n,
+        "tool_call_rate": sum(any(c.tool_calls for c in t.calls) for t in trajectories) / n,
+        "parse_failures": sum(sum(c.tool_parse_error is not None for c in t.calls) for t in trajectories) / n,
+        "calls_per_episode": sum(sum(len(c.tool_calls) for c in t.calls) for t in trajectories) / n,
+    }
+
+
+def evaluate(conf: Path, checkpoint: Path | None, args: argparse.Namespace, work: Path, name: str) -> dict:
+    """Validation figures of a model folder (None: the config's model), sampled as in training."""
+    extra = ["--checkpoint", str(checkpoint)] if checkpoint else []
+    command = ["eval", "--conf", str(conf), "--max-tasks", str(args.val_tasks), "-k", str(args.val_samples)]
+    command += ["--temperature", "1.0", *extra]
+    output = finish(astuner(*command, threads=2 * args.threads), f"eval of {name}", work / f"eval-{name}.log")
+    return episode_figures(read_trajectories(Path(line_value(output, "trajectories:"))))
+
+
+def step_order(conf: Path, steps: int) -> list[list[tuple[str, str]]]:
+    """The (question, answer) pairs of each training step, in the torch backbone's own data order."""
+    from astuner_backbone_torch.data import TaskStream
+
+    from astuner.components import build_reader
+    from astuner.config import load_config
+    from astuner.plugins import Plugins
+
+    config = load_config(conf)
+    tasks = list(build_reader(config, Plugins()).read("train"))
+    stream = TaskStream(tasks, config.data.train_batch_size, config.trainer_common.seed)
+    return [[(t.main_query, t.metadata["answer"]) for t in stream.next_batch()] for _ in range(steps)]
+
+
+def astuner_steps(run: Path, steps: int) -> list[dict[str, float]]:
+    metrics = {m["step"]: m for m in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())}
+    rows = []
+    for step in range(1, steps + 1):
+        m = metrics.get(step, {})
+        figures = episode_figures(read_trajectories(run / "rollouts" / f"step_{step}.jsonl"))
+        figures["step_s"] = m.get("timing/step_s", 0.0) - m.get("timing/save_s", 0.0)
+        rows.append(figures)
+    return rows
+
+
+def trl_steps(out: Path) -> list[dict[str, float]]:
+    rows = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    return [
+        {
+            "reward": r["reward"],
+            "tool_call_rate": r["tool_call_rate"],
+            "parse_failures": r["parse_failures_per_episode"],
+            "calls_per_episode": r["calls_written_per_episode"],
+            "step_s": r["step_s"],
+        }
+        for r in rows
+    ]
+
+
+# ---------------------------------------------------------------- report
+
+
+def fmt(row: dict[str, float]) -> str:
+    return (
+        f"{row['reward']:6.3f} {row['tool_call_rate']:6.3f} {row['parse_failures']:6.3f} "
+        f"{row['calls_per_episode']:6.2f} {row.get('step_s', float('nan')):7.1f}"
+    )
+
+
+def report(
+    ours: list[dict[str, float]],
+    theirs: list[dict[str, float]],
+    evals: dict[str, dict],
+    args: argparse.Namespace,
+) -> None:
+    head = "reward  tools  parse  calls  s/step"
+    print(f"\nper training step ({args.prompts} prompts x {args.generations} samples, temperature 1.0)")
+    print(f"step | astuner: {head} | TRL: {head}")
+    for step, (a, t) in enumerate(zip(ours, theirs, strict=False), 1):
+        print(f"{step:4d} | {'':9}{fmt(a)} | {'':5}{fmt(t)}")
+    print(
+        f"\nvalidation (first {args.val_tasks} problems x {args.val_samples} samples at temperature 1.0): "
+        "reward, tool-call rate, calls per episode"
+    )
+    for name, e in evals.items():
+        print(f"  {name:<16} {e['reward']:6.3f} {e['tool_call_rate']:6.3f} {e['calls_per_episode']:6.2f}")
+    start = evals["warm start"]["reward"]
+    last = args.steps
+    gain_a = evals.get(f"astuner step {last}", {}).get("reward", float("nan")) - start
+    gain_t = evals.get(f"TRL step {last}", {}).get("reward", float("nan")) - start
+    s_a = statistics.median(r["step_s"] for r in ours)
+    s_t = statistics.median(r["step_s"] for r in theirs)
+    print(
+        f"\nvalidation reward gain over {last} steps from the warm start: "
+        f"astuner {gain_a:+.3f}, TRL {gain_t:+.3f}"
+    )
+    print(f"median s/step: astuner {s_a:.1f}, TRL {s_t:.1f}; TRL / astuner = {s_t / s_a:.2f}x")
+    print(
+        "fairness: both sides train SmolLM2-135M-Instruct with TRL's Qwen2.5 tool template (SmolLM2's own "
+        "renders no tools, and TRL 1.16 refuses templates it does not know), from the same astuner sft "
+        "checkpoint, one CPU thread each, at the same time."
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--prompts", type=int, default=4, help="Prompts per step.")
+    parser.add_argument("--generations", type=int, default=4, help="Samples per prompt (group size).")
+    parser.add_argument("--max-tokens", type=int, default=128, help="Token budget (see the module doc).")
+    parser.add_argument("--lr", type=float, default=1e-5)
+    parser.add_argument("--sft-epochs", type=int, default=1)
+    parser.add_argument(
+        "--sft-demos", type=int, default=32, help="Demonstrations the warm start uses (of the example's 64)."
+    )
+    parser.add_argument("--val-samples", type=int, default=2, help="Samples per validation problem.")
+    parser.add_argument("--sft-lr", type=float, default=2e-5)
+    parser.add_argument("--val-tasks", type=int, default=32)
+    parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads per side.")
+    parser.add_argument(
+        "--work", type=Path, default=None, help="Folder for everything (default: a temp one)."
+    )
+    args = parser.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="bench-agentic-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"work folder: {work}")
+    began = time.perf_counter()
+
+    python = trl_env.trl_python()
+    model = trl_env.tool_model_dir(work / "model", python)
+    conf = bench_config(work, model, args)
+    evals: dict[str, dict] = {"base model": evaluate(conf, None, args, work, "base")}
+    print(f"base model: {evals['base model']}", flush=True)
+
+    demos = work / "demonstrations.jsonl"
+    lines = (EXAMPLE / "demonstrations.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    demos.write_text("".join(lines[: args.sft_demos]), encoding="utf-8")
+    sft = astuner("sft", "--conf", str(conf), "--from", str(demos), threads=2)
+    warm = Path(line_value(finish(sft, "astuner sft", work / "sft.log"), "checkpoint:"))
+    evals["warm start"] = evaluate(conf, warm, args, work, "warm")
+    print(f"warm start ({warm}): {evals['warm start']}", flush=True)
+
+    tasks = work / "tasks.json"
+    write_tasks(tasks, step_order(conf, args.steps), task_module().SYSTEM_PROMPT)
+    saves = ",".join(str(s) for s in range(args.eval_every, args.steps + 1, args.eval_every))
+    trl_out = work / "trl"
+    trl = subprocess.Popen(
+        [
+            str(python),
+            str(HERE / "agentic_trl.py"),
+            "--model",
+            str(warm),
+            "--steps",
+            str(args.steps),
+            "--prompts",
+            str(args.prompts),
+            "--generations",
+            str(args.generations),
+            "--max-tokens",
+            str(args.max_tokens),
+            "--lr",
+            str(args.lr),
+            "--seed",
+            str(args.seed),
+            "--tasks",
+            str(tasks),
+            "--save-steps",
+            saves,
+            "--out",
+            str(trl_out),
+            "--threads",
+            str(args.threads),
+        ],
+        env={**os.environ, "OMP_NUM_THREADS": str(args.threads)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    ours = astuner(
+        "run", "--conf", str(conf), "--backbone", "torch", "-o", f"model.path={warm}", threads=args.threads
+    )
+    finish(ours, "astuner run", work / "astuner-run.log")
+    finish(trl, "TRL", work / "trl.log")
+    run = max((work / "records" / conf.stem).iterdir(), key=lambda p: p.stat().st_mtime)
+
+    for step in range(args.eval_every, args.steps + 1, args.eval_every):
+        evals[f"astuner step {step}"] = evaluate(
+            conf, run / "checkpoints" / f"step_{step}", args, work, f"a{step}"
+        )
+        evals[f"TRL step {step}"] = evaluate(conf, trl_out / f"step_{step}", args, work, f"t{step}")
+    report(astuner_steps(run, args.steps), trl_steps(trl_out), evals, args)
+    print(f"\nwall {(time.perf_counter() - began) / 60:.1f} min; logs and records in {work}")
+
+
+if __name__ == "__main__":
+    main()
