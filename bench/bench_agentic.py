@@ -186,6 +186,27 @@ def trl_steps(out: Path) -> list[dict[str, float]]:
 # ---------------------------------------------------------------- report
 
 
+def while_both_ran(
+    ours: list[dict[str, float]], theirs: list[dict[str, float]]
+) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """The first n steps of each side, n being how many steps the slower side finished while the
+    faster one still ran (both start together).
+
+    Steps run alone afterwards see a quieter machine, and a step's work depends on how far training
+    has come (a trained policy writes shorter episodes), so only the same steps, run side by side,
+    compare fairly.
+    """
+    end = min(sum(r["step_s"] for r in ours), sum(r["step_s"] for r in theirs))
+    slower = max(ours, theirs, key=lambda rows: sum(r["step_s"] for r in rows))
+    done, n = 0.0, 0
+    for row in slower:
+        done += row["step_s"]
+        if done > end and n:
+            break
+        n += 1
+    return ours[:n], theirs[:n]
+
+
 def fmt(row: dict[str, float]) -> str:
     return (
         f"{row['reward']:6.3f} {row['tool_call_rate']:6.3f} {row['parse_failures']:6.3f} "
@@ -214,13 +235,17 @@ def report(
     last = args.steps
     gain_a = evals.get(f"astuner step {last}", {}).get("reward", float("nan")) - start
     gain_t = evals.get(f"TRL step {last}", {}).get("reward", float("nan")) - start
-    s_a = statistics.median(r["step_s"] for r in ours)
-    s_t = statistics.median(r["step_s"] for r in theirs)
+    a, t = while_both_ran(ours, theirs)
+    s_a = statistics.median(r["step_s"] for r in a)
+    s_t = statistics.median(r["step_s"] for r in t)
     print(
         f"\nvalidation reward gain over {last} steps from the warm start: "
         f"astuner {gain_a:+.3f}, TRL {gain_t:+.3f}"
     )
-    print(f"median s/step: astuner {s_a:.1f}, TRL {s_t:.1f}; TRL / astuner = {s_t / s_a:.2f}x")
+    print(
+        f"median s/step while both ran (astuner steps 1-{len(a)}, TRL steps 1-{len(t)}): "
+        f"astuner {s_a:.1f}, TRL {s_t:.1f}; TRL / astuner = {s_t / s_a:.2f}x"
+    )
     print(
         "fairness: both sides train SmolLM2-135M-Instruct with TRL's Qwen2.5 tool template (SmolLM2's own "
         "renders no tools, and TRL 1.16 refuses templates it does not know), from the same astuner sft "
