@@ -54,6 +54,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, NamedTuple
 
+from trl_env import time_generate
+
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOW = REPO / "examples" / "tool_agent" / "workflow.py"
 CONFIGS = ("config.json", "generation_config.json")
@@ -334,17 +336,7 @@ def train(args: argparse.Namespace) -> None:
         raise SystemExit("TRL and astuner would feed the model different tokens (the CHECK line above)")
 
     model = trainer.model
-    timing = {"gen": 0.0}
-    generate = model.generate
-
-    def timed_generate(*a: Any, **kw: Any) -> Any:
-        began = time.perf_counter()
-        try:
-            return generate(*a, **kw)
-        finally:
-            timing["gen"] += time.perf_counter() - began
-
-    model.generate = timed_generate
+    timing = time_generate(model)
     save_steps = {int(s) for s in args.save_steps.split(",") if s.strip()}
     args.out.mkdir(parents=True, exist_ok=True)
     records = (args.out / "steps.jsonl").open("w", encoding="utf-8")

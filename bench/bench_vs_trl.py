@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trl_env import trl_python
+from trl_env import time_generate, trl_python
 
 HERE = Path(__file__).resolve().parent
 PROMPTS, GENERATIONS, NEW_TOKENS, LR, SEED = 8, 4, 128, 1e-5, 0
@@ -211,17 +211,7 @@ def run_trl(steps: int, workdir: Path) -> None:
     trainer = GRPOTrainer(
         model=model, reward_funcs=exact, args=args, train_dataset=dataset, processing_class=tokenizer
     )
-    timing = {"gen": 0.0}
-    generate = model.generate
-
-    def timed_generate(*a: Any, **kw: Any) -> Any:
-        began = time.perf_counter()
-        try:
-            return generate(*a, **kw)
-        finally:
-            timing["gen"] += time.perf_counter() - began
-
-    model.generate = timed_generate
+    timing = time_generate(model)
 
     class StepTimer(TrainerCallback):
         """Times each step at on_step_end; prints it at on_log, which TRL calls after on_step_end

@@ -24,7 +24,9 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 TRL_VERSION = "1.16.0"
@@ -94,6 +96,22 @@ def tool_model_dir(target: Path, python: Path | None = None) -> Path:
         (target / "tokenizer_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
     (target / "chat_template.jinja").write_text(template, encoding="utf-8")
     return target
+
+
+def time_generate(model: Any) -> dict[str, float]:
+    """Wrap `model.generate`; the returned dict's "gen" adds up the seconds spent in it (reset per step)."""
+    timing = {"gen": 0.0}
+    generate = model.generate
+
+    def timed_generate(*args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            timing["gen"] += time.perf_counter() - began
+
+    model.generate = timed_generate
+    return timing
 
 
 if __name__ == "__main__":
