@@ -156,12 +156,15 @@ class TorchBackbone:
                 for step in range(start + 1, total + 1):
                     began = time.perf_counter()
                     tasks = stream.next_batch()
+                    prompt_tokens = engine.prompt_tokens()
                     trajectories = await runner.run(
                         tasks, sampling, config.rollout.num_repeat, tag=f"step{step}"
                     )
                     append_trajectories(experiment.rollouts / f"step_{step}.jsonl", trajectories)
                     rolled = time.perf_counter()
+                    reuse = engine.prompt_reuse_since(prompt_tokens)
                     metrics = self._update(runner, trainer, engine, trajectories, estimator, config)
+                    metrics["rollout/prompt_tokens_reused_frac"] = reuse
                     updated = time.perf_counter()
                     metrics["timing/rollout_s"] = rolled - began
                     metrics["timing/update_s"] = updated - rolled
@@ -211,7 +214,7 @@ class TorchBackbone:
             }
         )
         # No batch may be generated while the weights change.
-        with engine.weights_lock:
+        with engine.changing_weights():
             update = trainer.update(advantages.samples)
         metrics.update({f"actor/{k}": v for k, v in update.items()})
         return metrics

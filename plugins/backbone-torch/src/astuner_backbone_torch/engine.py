@@ -6,13 +6,18 @@ sampling settings, decodes them as one batch (`decoding.decode`: KV cache, finis
 leave the batch at once) in a worker thread, so the event loop keeps serving the other
 rollouts meanwhile. Each request gets back its own tokens, the log-prob of
 each sampled token, and why it stopped.
+
+Prompts that continue what the engine already ran (an agent's next turn, a
+GRPO group's repeated prompt) start from the stored keys and values of it
+(`prefix_cache`); the store is emptied whenever the weights change.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -21,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from astuner.rollout.engine import Generation, SamplingParams
 from astuner_backbone_torch.decoding import Sampler, decode
+from astuner_backbone_torch.prefix_cache import PrefixStore
 
 if TYPE_CHECKING:
     from astuner.config import AstunerConfig
@@ -40,6 +46,12 @@ class TransformersEngineSettings(BaseModel):
         5.0, ge=0, description="How long to wait for more requests before starting a batch."
     )
     num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default all cores.")
+    prefix_cache_tokens: int = Field(
+        16384,
+        ge=0,
+        description="Tokens of keys and values kept for prompts that continue earlier calls "
+        "(next turns, repeated prompts); 0 turns the reuse off.",
+    )
 
 
 @dataclass
@@ -76,8 +88,10 @@ class TransformersEngine:
         self._worker: asyncio.Task[None] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="astuner-generate")
         # Training and generation share the weights; the trainer holds this
-        # lock while it changes them so no batch sees a half-updated model.
+        # lock (through `changing_weights`) so no batch sees a half-updated model.
         self.weights_lock = threading.Lock()
+        tokens = self.settings.prefix_cache_tokens
+        self.prefixes: PrefixStore | None = PrefixStore(tokens) if tokens else None
         self.batches_run = 0
         self.tokenizer_path: str | None = None
 
@@ -94,6 +108,27 @@ class TransformersEngine:
         engine = cls(model, settings)
         engine.tokenizer_path = resolve_model_dir(config.model.path)
         return engine
+
+    @contextlib.contextmanager
+    def changing_weights(self) -> Iterator[None]:
+        """Hold generation off while the weights change; stored keys and values are stale after."""
+        with self.weights_lock:
+            try:
+                yield
+            finally:
+                if self.prefixes is not None:
+                    self.prefixes.clear()
+
+    def prompt_tokens(self) -> tuple[int, int]:
+        """Prompt tokens asked for and actually run so far (both 0 without a prefix store)."""
+        if self.prefixes is None:
+            return (0, 0)
+        return (self.prefixes.requested_tokens, self.prefixes.computed_tokens)
+
+    def prompt_reuse_since(self, before: tuple[int, int]) -> float:
+        """The share of prompt tokens since `before` (from `prompt_tokens`) that came from the store."""
+        requested, computed = (now - then for now, then in zip(self.prompt_tokens(), before, strict=True))
+        return 1.0 - computed / requested if requested else 0.0
 
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
         if not prompt_ids:
@@ -155,6 +190,7 @@ class TransformersEngine:
                 max_new_tokens=[r.sampling.max_tokens for r in batch],
                 stop_ids=[eos | frozenset(r.sampling.stop_token_ids) for r in batch],
                 pad_id=self.pad_id,
+                prefixes=self.prefixes,
             )
         self.batches_run += 1
         return [Generation(row.token_ids, row.logprobs, row.finish_reason) for row in rows]
