@@ -236,3 +236,140 @@ def test_a_checkpoint_with_non_finite_weights_is_never_written(tiny_model_dir: P
         parameters[0][0, 0] = float("inf")
     with pytest.raises(AstunerError, match="Not writing the step 3 checkpoint: 1 weight tensor"):
         ensure_finite(parameters, step=3)
+
+
+def shared_prompt_groups() -> list[Sample]:
+    """2 groups x 3 samples: a 48- or 56-token prompt, a reply, a tool result (not trained), a reply."""
+    torch.manual_seed(5)
+    samples = []
+    for group, prompt_length in enumerate([48, 56]):
+        prompt = torch.randint(10, 400, (prompt_length,)).tolist()
+        for k in range(3):
+            reply, tool, last = (torch.randint(10, 400, (n,)).tolist() for n in (3 + k, 4, 2 + 3 * k))
+            mask = [0] * len(prompt) + [1] * len(reply) + [0] * len(tool) + [1] * len(last)
+            advantage = (-1.0) ** k * (0.5 + group + k)
+            samples.append(
+                Sample(
+                    input_ids=prompt + reply + tool + last,
+                    loss_mask=mask,
+                    advantages=[advantage * m for m in mask],
+                )
+            )
+    return samples
+
+
+def make_lora_trainer(tiny_model_dir: Path) -> PolicyTrainer:
+    config = load_config(None, [f"model.path={tiny_model_dir}", "model.lora.rank=4"], environ={})
+    torch.manual_seed(0)
+    policy = Policy.load(config, FP32, need_reference=False)
+    with torch.no_grad():  # B starts at 0, which leaves A without gradient: give both one
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.05)
+    return PolicyTrainer(policy, UpdateSettings())
+
+
+def backward_with_embeddings(trainer: PolicyTrainer, batch, norm) -> tuple[list[torch.Tensor], list]:
+    """Parameter gradients of the batch's loss, and the token embeddings it ran (their .grad filled)."""
+    model = trainer.policy.model
+    model.zero_grad(set_to_none=True)
+    embedded = []
+
+    def keep(_module, _args, out):
+        if out.requires_grad:
+            out.retain_grad()
+        else:  # frozen embeddings (LoRA): the output is a leaf, which keeps its gradient
+            out.requires_grad_()
+        embedded.append(out)
+
+    hook = model.get_input_embeddings().register_forward_hook(keep)
+    try:
+        trainer.loss(batch, norm)[0].backward()
+    finally:
+        hook.remove()
+    return [p.grad.clone() for p in trainer.policy.trainable_parameters()], embedded
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_a_shared_prompt_gives_the_logprobs_and_gradients_of_whole_rows(
+    tiny_model_dir: Path, lora: bool
+) -> None:
+    trainer = make_lora_trainer(tiny_model_dir) if lora else make_trainer(tiny_model_dir)
+    samples = shared_prompt_groups()
+    batches = make_micro_batches(samples, 10_000, trainer.pad_id, share_prefix=True)
+    assert sorted((b.indices, b.prefix_length) for b in batches) == [([0, 1, 2], 47), ([3, 4, 5], 55)]
+    norm = step_norm([b.mask for b in batches])
+    for batch in batches:
+        p, whole = batch.prefix_length, batch.unshared()
+        with torch.no_grad():
+            shared_lp, shared_entropy = trainer.logprobs(trainer.policy.model, batch)
+            whole_lp, whole_entropy = trainer.logprobs(trainer.policy.model, whole)
+        assert torch.allclose(shared_lp, whole_lp[:, p:], atol=1e-5)
+        assert torch.allclose(shared_entropy, whole_entropy[:, p:], atol=1e-5)
+        assert (shared_lp != 0).sum() == batch.mask.sum()
+        shared_grads, (prefix, _rows) = backward_with_embeddings(trainer, batch, norm)
+        whole_grads, (rows,) = backward_with_embeddings(trainer, whole, norm)
+        assert all(g.abs().sum() > 0 for g in shared_grads)
+        for a, b in zip(shared_grads, whole_grads, strict=True):
+            assert torch.allclose(a, b, atol=1e-6, rtol=1e-4), (a - b).abs().max()
+        # The prefix ran once, and its gradient is what the rows' copies of it get together.
+        assert prefix.shape[:2] == (1, p) and prefix.grad.abs().sum() > 0
+        assert torch.allclose(prefix.grad[0], rows.grad[:, :p].sum(0), atol=1e-7, rtol=1e-4)
+
+
+@pytest.mark.parametrize("objective", ["policy_gradient", "likelihood"])
+def test_an_update_with_shared_prompts_ends_at_the_weights_of_one_without(
+    tiny_model_dir: Path, objective: str
+) -> None:
+    runs = {}
+    for share in (True, False):
+        trainer = make_trainer(
+            tiny_model_dir,
+            need_reference=objective == "policy_gradient",
+            use_kl_loss=objective == "policy_gradient",
+            kl_loss_coef=0.1,
+            lr=1e-2,
+            max_tokens=200,
+            share_prompt_prefix=share,
+        )
+        # Adam's first step is about lr x sign(gradient) down to |gradient| ~ eps: with the default
+        # 1e-8, float noise of 1e-10 in a 1e-9 gradient would move a weight by 1e-3.
+        trainer.optimizer.param_groups[0]["eps"] = 1e-6
+        samples = with_old_logprobs(trainer, shared_prompt_groups())
+        runs[share] = [trainer.update(samples, objective) for _ in range(2)], weights(trainer)
+    (shared, w_shared), (whole, w_whole) = runs[True], runs[False]
+    assert shared[0]["padded_tokens"] < 0.7 * whole[0]["padded_tokens"]
+    assert shared[0]["real_tokens"] == whole[0]["real_tokens"] - 2 * 47 - 2 * 55
+    for name in ("loss", "entropy", "tokens_trained", *(["kl"] if objective == "policy_gradient" else [])):
+        assert shared[1][name] == pytest.approx(whole[1][name], rel=1e-4, abs=1e-6), name
+    for a, b in zip(w_shared, w_whole, strict=True):  # a wrong gradient moves weights by ~lr = 1e-2
+        assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()
+
+
+def test_models_that_cannot_share_a_prompt_run_whole_rows(tiny_model_dir: Path) -> None:
+    trainer = make_trainer(tiny_model_dir)
+    model = trainer.policy.model
+    batch = next(
+        b for b in make_micro_batches(shared_prompt_groups(), 10_000, trainer.pad_id, True) if b.prefix_length
+    )
+    plain_forward = model.forward
+
+    def scaled(*args, **kwargs):  # logits no longer head(body(ids)): no split, so no shared prefix
+        out = plain_forward(*args, **kwargs)
+        out.logits = out.logits * 0.5
+        return out
+
+    model.forward = scaled
+    with torch.no_grad():
+        logprobs, _ = trainer.logprobs(model, batch)
+    expected = full_forward_logprobs(model, batch.unshared())[:, batch.prefix_length :]
+    assert torch.allclose(logprobs, expected, atol=1e-5)
+
+    # Gradient checkpointing would run each layer twice on the shared cache: every row runs whole.
+    trainer = make_trainer(tiny_model_dir)
+    trainer.policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    samples = shared_prompt_groups()
+    metrics = trainer.update(samples)
+    assert metrics["padded_tokens"] == sum(
+        b.padded_tokens for b in make_micro_batches(samples, trainer.settings.max_tokens, trainer.pad_id)
+    )

@@ -130,7 +130,11 @@ class TorchBackbone:
             config, settings, need_reference=use_kl, weights=checkpoint.path if checkpoint else None
         )
         update_settings = UpdateSettings.from_config(
-            config, settings.logprob_chunk, settings.skip_zero_advantage, settings.max_nonfinite_updates
+            config,
+            settings.logprob_chunk,
+            settings.skip_zero_advantage,
+            settings.max_nonfinite_updates,
+            settings.share_prompt_prefix,
         )
         trainer = PolicyTrainer(policy, update_settings)
         if t.save_freq <= total:  # before any work: the disk must hold at least one checkpoint

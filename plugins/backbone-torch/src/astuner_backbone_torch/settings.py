@@ -66,6 +66,11 @@ class TorchSettings(BaseModel):
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in backward (less memory)."
     )
+    share_prompt_prefix: bool = Field(
+        True,
+        description="Compute each group's common prompt once in the update (samples that start with the same "
+        "tokens share one forward/backward of them; off with gradient_checkpointing).",
+    )
     sft: SftSettings = Field(
         default_factory=SftSettings, description="`astuner sft` (supervised warm start)."
     )

@@ -166,6 +166,7 @@ def update_settings(config: AstunerConfig, settings: TorchSettings) -> UpdateSet
         max_tokens=t.max_token_len_per_gpu,
         logprob_chunk=settings.logprob_chunk,
         max_nonfinite_updates=settings.max_nonfinite_updates,
+        share_prompt_prefix=settings.share_prompt_prefix,
     )
 
 

@@ -9,6 +9,15 @@ learning-rate schedule, and a sync of the rollout copy. The same loop
 serves supervised fine-tuning (`objective="likelihood"`, `astuner sft`):
 the loss is then the negative log-likelihood of the trained tokens.
 
+The samples of a GRPO group start with the same prompt. With
+`share_prompt_prefix` such samples share a micro-batch whose common prefix
+(up to their first trained token) runs through the decoder once, with
+gradient; its keys and values, expanded to the group's rows, are the cache
+the rows' remaining tokens run on (`models.shared_prefix_hidden`). The
+log-probs and gradients are those of running every row whole, up to float
+rounding; the prompt's share of the compute (most of it for short replies)
+is paid once per group instead of `num_repeat` times.
+
 Two things are not computed because they cannot change the gradient:
 samples whose trained tokens all have advantage 0 (a GRPO group with equal
 rewards) when there is no KL term, since their PPO loss is 0 at any
@@ -40,7 +49,7 @@ from astuner_backbone_torch.losses import (
     token_logprobs,
     token_nll,
 )
-from astuner_backbone_torch.models import decoder_and_head
+from astuner_backbone_torch.models import decoder_and_head, shared_prefix_hidden, shares_prefix_exactly
 from astuner_backbone_torch.policy import Policy
 
 Objective = Literal["policy_gradient", "likelihood"]
@@ -66,6 +75,7 @@ class UpdateSettings:
     logprob_chunk: int = 1024
     skip_zero_advantage: bool = True
     max_nonfinite_updates: int = 3
+    share_prompt_prefix: bool = True
 
     @classmethod
     def from_config(
@@ -74,6 +84,7 @@ class UpdateSettings:
         logprob_chunk: int = 1024,
         skip_zero_advantage: bool = True,
         max_nonfinite_updates: int = 3,
+        share_prompt_prefix: bool = True,
     ) -> UpdateSettings:
         t = config.trainer_common
         return cls(
@@ -94,6 +105,7 @@ class UpdateSettings:
             logprob_chunk=logprob_chunk,
             skip_zero_advantage=skip_zero_advantage,
             max_nonfinite_updates=max_nonfinite_updates,
+            share_prompt_prefix=share_prompt_prefix,
         )
 
 
@@ -130,13 +142,20 @@ class PolicyTrainer:
         pad = policy.tokenizer.pad_token_id
         self.pad_id: int = pad if pad is not None else (policy.tokenizer.eos_token_id or 0)
         self._split_models: dict[int, tuple[Any, Any] | None] = {}
+        self._prefix_models: dict[int, bool] = {}
 
     def logprobs(self, model: Any, batch: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probs `(B, L-1)` of each trained next token at the sampling temperature, and entropy.
 
         Both are computed at trained positions (`batch.mask`) only and are 0
         elsewhere: prompts and padding never go through the output layer.
+        With `batch.prefix_ids` the columns are those of the rows (after the
+        prefix), as `batch.mask`'s.
         """
+        if batch.prefix_ids is not None and not self._shares_prefix(model):
+            # A model that runs whole rows only (a reference model that would not split, say).
+            logprobs, entropy = self.logprobs(model, batch.unshared())
+            return logprobs[:, batch.prefix_length :], entropy[:, batch.prefix_length :]
         picked = batch.mask > 0
         parts = self._parts(model)
         with self.policy.autocast():
@@ -146,9 +165,14 @@ class PolicyTrainer:
                 ).logits[:, :-1][picked]
             else:
                 decoder, head = parts
-                hidden = decoder(
-                    input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
-                ).last_hidden_state
+                if batch.prefix_ids is None:
+                    hidden = decoder(
+                        input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
+                    ).last_hidden_state
+                else:
+                    hidden = shared_prefix_hidden(
+                        decoder, batch.prefix_ids, batch.input_ids, batch.attention_mask
+                    )
                 logits = head(hidden[:, :-1][picked])
         logprobs, entropy = token_logprobs(
             logits[None], batch.targets[picked][None], self.settings.temperature, self.settings.logprob_chunk
@@ -160,6 +184,19 @@ class PolicyTrainer:
         if id(model) not in self._split_models:
             self._split_models[id(model)] = decoder_and_head(model)
         return self._split_models[id(model)]
+
+    def _shares_prefix(self, model: Any) -> bool:
+        """Whether `model` can run a micro-batch's common prefix once (`models.shared_prefix_hidden`)."""
+        # Under gradient checkpointing transformers drops the cache of a training layer (the rows
+        # would not see the prefix at all), and a layer recomputed in backward would append the
+        # rows' keys and values to it a second time: such a model runs every row whole. (The flag
+        # is read off the modules: `is_gradient_checkpointing` warns in transformers 5.)
+        if any(getattr(m, "gradient_checkpointing", False) for m in model.modules()):
+            return False
+        if id(model) not in self._prefix_models:
+            parts = self._parts(model)
+            self._prefix_models[id(model)] = parts is not None and shares_prefix_exactly(parts[0])
+        return self._prefix_models[id(model)]
 
     def loss(
         self, batch: MicroBatch, norm: StepNorm, ref_logprobs: torch.Tensor | None = None
@@ -211,12 +248,13 @@ class PolicyTrainer:
         )
         grad_norms: list[float] = []
         model.train()
+        share = s.share_prompt_prefix and self._shares_prefix(model)
         for part in _split(list(samples), s.mini_batch_num):
             norm = sample_norm(part)
             carrying = [x for x in part if objective == "likelihood" or self._carries_gradient(x)]
             metrics["skipped_samples"] += len(part) - len(carrying)
             self.optimizer.zero_grad(set_to_none=True)
-            for batch in make_micro_batches(carrying, s.max_tokens, self.pad_id):
+            for batch in make_micro_batches(carrying, s.max_tokens, self.pad_id, share_prefix=share):
                 batch = batch.to(self.policy.device)
                 if objective == "likelihood":
                     loss, stats = self.likelihood_loss(batch, norm)
