@@ -36,8 +36,11 @@ def write_conf(folder: Path, tiny_model_dir: Path, name: str, **extra: dict) -> 
             "num_repeat": 3,
             "temperature": 1.0,
             "max_response_length_in_one_turn": 8,
-            # Long enough that every request of a turn lands in one batch: same batches, same samples.
-            "engines": {"transformers": {"batch_wait_ms": 200, "num_threads": 1}},
+            # Every request of a turn lands in one batch, and no request joins a running one (that
+            # depends on timing): same batches, same samples, in every run.
+            "engines": {
+                "transformers": {"batch_wait_ms": 200, "continuous_batching": False, "num_threads": 1}
+            },
         },
         "trainer_common": {
             "total_training_steps": STEPS,

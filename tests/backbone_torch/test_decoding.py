@@ -92,3 +92,32 @@ def test_top_k_and_top_p_filters() -> None:
     assert torch.allclose(filtered_probs(logprobs, 0.1, 0), torch.tensor([[0.5, 0, 0, 0, 0]]))
     # top-p applies to what top-k kept: 0.5 / 0.7 already covers 0.7
     assert torch.allclose(filtered_probs(logprobs, 0.7, 2), torch.tensor([[0.5, 0, 0, 0, 0]]))
+
+
+def test_rows_that_join_a_running_batch_decode_as_alone(model) -> None:
+    from astuner_backbone_torch.decoding import RunningBatch
+
+    widths: list[int] = []
+    handle = model.register_forward_hook(
+        lambda _m, _a, kw, _o: widths.append(kw["attention_mask"].shape[1]), with_kwargs=True
+    )
+    finished: list[str] = []
+    batch = RunningBatch(model, GREEDY, pad_id=0)
+    try:
+        (wide,) = batch.add([PROMPTS[1]], [3], [frozenset()], [lambda _: finished.append("wide")])
+        batch.step()
+        # one step in: the new row is shorter and starts at another position
+        (narrow,) = batch.add([PROMPTS[2]], [8], [frozenset()])
+        while "wide" not in finished:
+            batch.step()
+        # the wide row's columns went with it: the step ran the narrow row's own columns only
+        assert widths[-1] == len(PROMPTS[2]) + len(narrow.token_ids)
+        (late,) = batch.add([PROMPTS[3]], [4], [frozenset()])
+        while batch:
+            batch.step()
+    finally:
+        handle.remove()
+    for prompt, limit, row in [(PROMPTS[1], 3, wide), (PROMPTS[2], 8, narrow), (PROMPTS[3], 4, late)]:
+        (alone,) = _decode(model, [prompt], [limit])
+        assert row.token_ids == alone.token_ids
+        assert torch.allclose(torch.tensor(row.logprobs), torch.tensor(alone.logprobs), atol=1e-5)

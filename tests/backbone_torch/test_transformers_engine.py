@@ -81,3 +81,27 @@ def test_requests_with_different_sampling_run_in_separate_batches(engine: Transf
 
     asyncio.run(mixed())
     assert engine.batches_run == 2
+
+
+def test_a_next_turn_joins_the_running_batch_and_is_answered_before_a_long_reply(
+    engine: TransformersEngine,
+) -> None:
+    greedy = SamplingParams(temperature=0.0, max_tokens=3)
+    events: list[str] = []
+
+    async def long_reply() -> None:
+        reply = await engine.generate([5, 17, 42], SamplingParams(temperature=0.0, max_tokens=40))
+        events.append(f"long reply ({reply.finish_reason})")
+
+    async def agent() -> None:
+        first = await engine.generate([9, 9, 9], greedy)
+        events.append("first turn")
+        await engine.generate([9, 9, 9, *first.token_ids, 4, 4], greedy)
+        events.append("second turn")
+
+    async def both() -> None:
+        await asyncio.gather(long_reply(), agent())
+
+    asyncio.run(both())
+    assert events == ["first turn", "second turn", "long reply (length)"]
+    assert engine.batches_run == 1  # one running batch served all three calls

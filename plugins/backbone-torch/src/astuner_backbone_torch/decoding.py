@@ -14,15 +14,15 @@ recomputes, whatever top-p/top-k did to the choice.
 
 from __future__ import annotations
 
-import inspect
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from astuner.rollout.engine import FinishReason
+from astuner_backbone_torch.models import cache_argument
 from astuner_backbone_torch.prefix_cache import MIN_REUSED_TOKENS, CachedSequence, LayerKV, PrefixStore
 
 
@@ -79,7 +79,6 @@ class DecodedRow:
     finish_reason: FinishReason
 
 
-@torch.inference_mode()
 def decode(
     model: Any,
     prompts: Sequence[Sequence[int]],
@@ -92,55 +91,170 @@ def decode(
 ) -> list[DecodedRow]:
     """Generate for each prompt until one of its `stop_ids` (kept) or `max_new_tokens` of its own.
 
-    prompts: `B` token lists, left-padded into one batch; `max_new_tokens`
-    and `stop_ids` give each row's own limits. Uses the model's KV cache;
-    finished rows are dropped from the batch and the cache immediately.
-    With `prefixes`, each prompt starts from the longest stored sequence it
-    continues, a prompt sent several times is run once, and every finished
+    prompts: `B` token lists decoded as one `RunningBatch`; `max_new_tokens`
+    and `stop_ids` give each row's own limits.
+    """
+    batch = RunningBatch(model, sampler, pad_id, prefixes)
+    rows = batch.add(prompts, max_new_tokens, stop_ids)
+    while batch:
+        batch.step()
+    return rows
+
+
+@dataclass
+class _Row:
+    prompt: Sequence[int]
+    max_new_tokens: int
+    stop_ids: frozenset[int]
+    out: DecodedRow
+    on_done: Callable[[DecodedRow], None] | None
+
+
+class RunningBatch:
+    """Rows decoding together with one KV cache, one token each per `step`.
+
+    Rows leave the batch and the cache as soon as they finish, and new rows
+    may join between steps (`add`): an agent whose reply ended early sends its
+    next turn while longer replies are still being written, and does not wait
+    for them. Columns: every row ends at the last column and padding, masked
+    out, sits wherever rows of different lengths leave gaps.
+
+    With `prefixes`, a joining prompt starts from the longest stored sequence
+    it continues, a prompt sent several times is run once, and every finished
     row's keys and values are stored for the calls that continue it.
     """
-    device = next(model.parameters()).device
-    starts = [_FRESH] * len(prompts)
-    if prefixes is not None:
-        prefixes.requested_tokens += sum(len(p) for p in prompts)
-        starts = _starts(model, prompts, pad_id, prefixes)
-    cache, attention, logits = _prefill(model, prompts, starts, pad_id, prefixes)
-    next_position = attention.sum(-1)  # tokens each row has run: the next one's position
-    store = prefixes if prefixes is not None and _layer_tensors(cache) is not None else None
 
-    rows = [DecodedRow([], [], "length") for _ in prompts]
-    alive = list(range(len(prompts)))  # original row of each batch row still decoding
-    while True:
-        tokens, logprobs = sampler.pick(logits)
+    def __init__(
+        self, model: Any, sampler: Sampler, pad_id: int, prefixes: PrefixStore | None = None
+    ) -> None:
+        self.model = model
+        self.sampler = sampler
+        self.pad_id = pad_id
+        self.prefixes = prefixes
+        self._rows: list[_Row] = []
+        self._cache: Any = None
+        self._attention = torch.zeros((0, 0), dtype=torch.long)  # (B, W)
+        self._positions = torch.zeros((0,), dtype=torch.long)  # (B,) the next token's position
+        self._logits = torch.zeros((0, 0))  # (B, V) of each row's next token
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @property
+    def can_join(self) -> bool:
+        """Whether rows can join now: the batch is empty or its cache is plain attention layers."""
+        return not self._rows or _layer_tensors(self._cache) is not None
+
+    @torch.inference_mode()
+    def add(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: Sequence[int],
+        stop_ids: Sequence[frozenset[int]],
+        on_done: Sequence[Callable[[DecodedRow], None] | None] | None = None,
+    ) -> list[DecodedRow]:
+        """Run the prompts (what no stored sequence holds) and add them as rows; their results, filled as
+        they decode. `on_done[i]` is called with row i's result when it finishes."""
+        if not self.can_join:
+            raise RuntimeError("rows cannot join a batch whose cache is not plain attention layers")
+        starts = [_FRESH] * len(prompts)
+        if self.prefixes is not None:
+            self.prefixes.requested_tokens += sum(len(p) for p in prompts)
+            starts = _starts(self.model, prompts, self.pad_id, self.prefixes)
+        cache, attention, logits = _prefill(self.model, prompts, starts, self.pad_id, self.prefixes)
+        if self.prefixes is not None and _layer_tensors(cache) is None:
+            self.prefixes = None  # this model's cache cannot be stored and reused
+        outs = [DecodedRow([], [], "length") for _ in prompts]
+        callbacks = on_done or [None] * len(prompts)
+        self._rows += [
+            _Row(p, n, stops, out, done)
+            for p, n, stops, out, done in zip(prompts, max_new_tokens, stop_ids, outs, callbacks, strict=True)
+        ]
+        if self._cache is None:
+            self._cache, self._attention, self._logits = cache, attention, logits
+            self._positions = attention.sum(-1)  # tokens each row has run: the next one's position
+        else:
+            self._join(cache, attention, logits)
+        return outs
+
+    @torch.inference_mode()
+    def step(self) -> None:
+        """Sample every row's next token; finished rows leave (`on_done`), the others run their token."""
+        tokens, logprobs = self.sampler.pick(self._logits)
         keep: list[int] = []
-        picked = zip(alive, tokens.tolist(), logprobs.tolist(), strict=True)
+        picked = zip(self._rows, tokens.tolist(), logprobs.tolist(), strict=True)
         for slot, (row, token, logprob) in enumerate(picked):
-            out = rows[row]
+            out = row.out
             out.token_ids.append(token)
             out.logprobs.append(logprob)
-            if token in stop_ids[row]:
+            if token in row.stop_ids:
                 out.finish_reason = "stop"
-            elif len(out.token_ids) < max_new_tokens[row]:
+            elif len(out.token_ids) < row.max_new_tokens:
                 keep.append(slot)
                 continue
-            if store is not None:  # the last token never ran: the cache holds the rest
-                store.add([*prompts[row], *out.token_ids[:-1]], _row_kv(cache, slot, attention[slot]))
+            if self.prefixes is not None:  # the last token never ran: the cache holds the rest
+                kv = _row_kv(self._cache, slot, self._attention[slot])
+                self.prefixes.add([*row.prompt, *out.token_ids[:-1]], kv)
+            if row.on_done is not None:
+                row.on_done(out)
         if not keep:
-            return rows
-        if len(keep) < len(alive):
-            index = torch.tensor(keep, device=device)
-            cache.batch_select_indices(index)
-            attention, tokens, next_position = attention[index], tokens[index], next_position[index]
-            alive = [alive[slot] for slot in keep]
-        attention = torch.cat([attention, attention.new_ones((len(alive), 1))], dim=1)
-        logits = model(
+            self._rows, self._cache = [], None
+            return
+        if len(keep) < len(self._rows):
+            index = torch.tensor(keep, device=self._attention.device)
+            self._cache.batch_select_indices(index)
+            self._attention, tokens, self._positions = (
+                self._attention[index],
+                tokens[index],
+                self._positions[index],
+            )
+            self._rows = [self._rows[slot] for slot in keep]
+            self._trim()
+        self._attention = torch.cat([self._attention, self._attention.new_ones((len(keep), 1))], dim=1)
+        self._logits = self.model(
             input_ids=tokens[:, None],
-            attention_mask=attention,
-            position_ids=next_position[:, None],
+            attention_mask=self._attention,
+            position_ids=self._positions[:, None],
             use_cache=True,
-            **{_cache_argument(model): cache},
+            **{cache_argument(self.model): self._cache},
         ).logits[:, -1]
-        next_position = next_position + 1
+        self._positions = self._positions + 1
+
+    def _join(self, cache: Any, attention: torch.Tensor, logits: torch.Tensor) -> None:
+        """Append new rows: both sides' columns left-padded to the wider one, then stacked."""
+        from transformers import DynamicCache
+
+        width = max(self._attention.shape[1], attention.shape[1])
+        merged = DynamicCache()
+        pairs = zip(_layer_tensors(self._cache) or [], _layer_tensors(cache) or [], strict=True)
+        for layer, ((old_k, old_v), (new_k, new_v)) in enumerate(pairs):
+            keys = torch.cat([_left_pad(old_k, width, -2), _left_pad(new_k, width, -2)])
+            values = torch.cat([_left_pad(old_v, width, -2), _left_pad(new_v, width, -2)])
+            merged.update(keys, values, layer)
+        self._cache = merged
+        self._attention = torch.cat([_left_pad(self._attention, width, -1), _left_pad(attention, width, -1)])
+        self._positions = torch.cat([self._positions, attention.sum(-1)])
+        self._logits = torch.cat([self._logits, logits])
+
+    def _trim(self) -> None:
+        """Drop leading columns no row attends any more (the rows that needed them left)."""
+        layers = getattr(self._cache, "layers", None)
+        used = self._attention.any(0).nonzero()
+        first = int(used[0]) if len(used) else 0
+        if not first or _layer_tensors(self._cache) is None or layers is None:
+            return
+        for layer in layers:
+            layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
+        self._attention = self._attention[:, first:]
+
+
+def _left_pad(tensor: torch.Tensor, width: int, dim: int) -> torch.Tensor:
+    """`tensor` with zeros before its `dim` axis, up to `width` (dim -1 or -2)."""
+    missing = width - tensor.shape[dim]
+    if not missing:
+        return tensor
+    padding = (missing, 0) if dim == -1 else (0, 0, missing, 0)
+    return torch.nn.functional.pad(tensor, padding)
 
 
 # Where a row's prompt starts running: a stored sequence and how many of its tokens it reuses.
@@ -201,7 +315,7 @@ def _prefill(
         position_ids=(attention.cumsum(-1) - 1).clamp(min=0)[:, past:],
         use_cache=True,
         logits_to_keep=1,
-        **{_cache_argument(model): cache},
+        **{cache_argument(model): cache},
     ).logits[:, -1]
     return cache, attention, logits
 
@@ -238,9 +352,3 @@ def _row_kv(cache: Any, slot: int, attention: torch.Tensor) -> list[LayerKV]:
     columns = attention.nonzero()[:, 0]
     layers = _layer_tensors(cache) or []
     return [(k[slot].index_select(1, columns), v[slot].index_select(1, columns)) for k, v in layers]
-
-
-def _cache_argument(model: Any) -> str:
-    """`cache` in transformers 5.24+ (`past_key_values` there warns per call), `past_key_values` before."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # through a PEFT wrapper
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"

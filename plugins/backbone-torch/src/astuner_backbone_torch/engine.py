@@ -2,10 +2,13 @@
 
 Many rollouts run at once, each awaiting one model call. Their requests
 queue up; a single worker takes every waiting request with the same
-sampling settings, decodes them as one batch (`decoding.decode`: KV cache, finished rows
-leave the batch at once) in a worker thread, so the event loop keeps serving the other
-rollouts meanwhile. Each request gets back its own tokens, the log-prob of
-each sampled token, and why it stopped.
+sampling settings and decodes them as one batch (`decoding.RunningBatch`: KV cache)
+in a worker thread, so the event loop keeps serving the other rollouts
+meanwhile. A request is answered as soon as its row finishes, and requests
+with the same settings that arrive meanwhile join the running batch
+(continuous batching): an agent's next turn does not wait for the longest
+reply of the previous round. Each request gets back its own tokens, the
+log-prob of each sampled token, and why it stopped.
 
 Prompts that continue what the engine already ran (an agent's next turn, a
 GRPO group's repeated prompt) start from the stored keys and values of it
@@ -25,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from astuner.rollout.engine import Generation, SamplingParams
-from astuner_backbone_torch.decoding import Sampler, decode
+from astuner_backbone_torch.decoding import DecodedRow, RunningBatch, Sampler
 from astuner_backbone_torch.prefix_cache import PrefixStore
 
 if TYPE_CHECKING:
@@ -46,6 +49,12 @@ class TransformersEngineSettings(BaseModel):
         5.0, ge=0, description="How long to wait for more requests before starting a batch."
     )
     num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default all cores.")
+    continuous_batching: bool = Field(
+        True,
+        description="Let requests join a batch that is decoding (answered as each finishes). Off: a batch "
+        "runs to its end before the next starts, so batches, and so samples, do not depend on timing "
+        "(bit-for-bit repeatable runs).",
+    )
     prefix_cache_tokens: int = Field(
         16384,
         ge=0,
@@ -59,6 +68,18 @@ class _Request:
     prompt_ids: list[int]
     sampling: SamplingParams
     future: asyncio.Future[Generation] = field(repr=False)
+
+    def answer(self, row: DecodedRow) -> None:
+        """Resolve the request with `row` (from any thread, on the request's own event loop)."""
+        self._on_loop(_resolve, Generation(row.token_ids, row.logprobs, row.finish_reason))
+
+    def fail(self, exc: Exception) -> None:
+        self._on_loop(_fail, exc)
+
+    def _on_loop(self, settle: Any, value: Any) -> None:
+        loop = self.future.get_loop()
+        if not loop.is_closed():  # a closed loop: its caller is gone and waits for nothing
+            loop.call_soon_threadsafe(settle, self.future, value)
 
     @property
     def batch_key(self) -> tuple[Any, ...]:
@@ -85,6 +106,7 @@ class TransformersEngine:
         pad = config.pad_token_id if config.pad_token_id is not None else model.config.pad_token_id
         self.pad_id: int = pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0)
         self._queue: list[_Request] = []
+        self._queue_lock = threading.Lock()  # the event loop adds requests, the decoding thread takes them
         self._worker: asyncio.Task[None] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="astuner-generate")
         # Training and generation share the weights; the trainer holds this
@@ -134,7 +156,8 @@ class TransformersEngine:
         if not prompt_ids:
             raise ValueError("generate() needs at least one prompt token")
         future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Request(list(prompt_ids), sampling, future))
+        with self._queue_lock:
+            self._queue.append(_Request(list(prompt_ids), sampling, future))
         if self._worker is None or self._worker.done():
             self._worker = asyncio.create_task(self._drain())
         return await future
@@ -143,20 +166,8 @@ class TransformersEngine:
         loop = asyncio.get_running_loop()
         while self._queue:
             await self._gather_more()
-            key = self._queue[0].batch_key
-            batch = [r for r in self._queue if r.batch_key == key][: self.settings.max_batch_size]
-            taken = {id(r) for r in batch}
-            self._queue = [r for r in self._queue if id(r) not in taken]
-            try:
-                results = await loop.run_in_executor(self._executor, self.generate_batch, batch)
-            except Exception as exc:  # one bad batch fails its requests, not the engine
-                for request in batch:
-                    if not request.future.done():
-                        request.future.set_exception(exc)
-                continue
-            for request, result in zip(batch, results, strict=True):
-                if not request.future.done():
-                    request.future.set_result(result)
+            batch = self._take(self._queue[0].batch_key, self.settings.max_batch_size)
+            await loop.run_in_executor(self._executor, self._decode_session, batch)
 
     async def _gather_more(self) -> None:
         """Wait while requests keep arriving, so concurrent rollouts share one batch."""
@@ -168,8 +179,18 @@ class TransformersEngine:
             seen = len(self._queue)
             await asyncio.sleep(wait)
 
-    def generate_batch(self, batch: list[_Request]) -> list[Generation]:
-        """Decode requests that share sampling settings as one batch (see `decoding`)."""
+    def _take(self, key: tuple[Any, ...], most: int) -> list[_Request]:
+        """Remove and return up to `most` queued requests with sampling settings `key` (any thread)."""
+        with self._queue_lock:
+            taken = [r for r in self._queue if r.batch_key == key][:most]
+            ids = {id(r) for r in taken}
+            self._queue = [r for r in self._queue if id(r) not in ids]
+        return taken
+
+    def _decode_session(self, batch: list[_Request]) -> None:
+        """Decode `batch` as one `RunningBatch`, each request answered as soon as it finishes; with
+        continuous batching, requests with the same settings join between steps (worker thread).
+        An error fails the requests in it."""
         import torch
 
         sampling = batch[0].sampling
@@ -182,18 +203,29 @@ class TransformersEngine:
         if sampling.seed is not None:
             torch.manual_seed(sampling.seed)
         eos = frozenset(self.eos_ids)
-        with self.weights_lock:
-            rows = decode(
-                self.model,
-                [r.prompt_ids for r in batch],
-                sampler=sampler,
-                max_new_tokens=[r.sampling.max_tokens for r in batch],
-                stop_ids=[eos | frozenset(r.sampling.stop_token_ids) for r in batch],
-                pad_id=self.pad_id,
-                prefixes=self.prefixes,
-            )
+        admitted: list[_Request] = []
         self.batches_run += 1
-        return [Generation(row.token_ids, row.logprobs, row.finish_reason) for row in rows]
+        try:
+            with self.weights_lock:
+                running = RunningBatch(self.model, sampler, self.pad_id, self.prefixes)
+                joining = batch
+                while joining or running:
+                    if joining:
+                        admitted += joining
+                        running.add(
+                            [r.prompt_ids for r in joining],
+                            [r.sampling.max_tokens for r in joining],
+                            [eos | frozenset(r.sampling.stop_token_ids) for r in joining],
+                            [r.answer for r in joining],
+                        )
+                    running.step()
+                    room = self.settings.max_batch_size - len(running)
+                    joining = []
+                    if self.settings.continuous_batching and room > 0 and running.can_join:
+                        joining = self._take(batch[0].batch_key, room)
+        except Exception as exc:  # one bad batch fails its requests, not the engine
+            for request in admitted:
+                request.fail(exc)
 
     async def aclose(self) -> None:
         self._executor.shutdown(wait=True)
@@ -213,3 +245,13 @@ def _dtype(name: str, device: str) -> Any:
     if name == "auto":
         return torch.bfloat16 if device.startswith("cuda") else torch.float32
     return getattr(torch, name)
+
+
+def _resolve(future: asyncio.Future[Generation], generation: Generation) -> None:
+    if not future.done():
+        future.set_result(generation)
+
+
+def _fail(future: asyncio.Future[Generation], exc: Exception) -> None:
+    if not future.done():
+        future.set_exception(exc)
