@@ -13,7 +13,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from astuner import compat, hookimpl
+from astuner import hookimpl
 from astuner.cli import make_app
 from astuner.compat import Notices
 from astuner.config import load_config
@@ -233,16 +233,6 @@ def test_keys_the_backbone_never_reads_are_listed(tmp_path: Path, capsys) -> Non
     assert "trinity: block" not in trinity.split(", ")
     assert "rollout.n_vllm_engine" not in trinity.split(", ")
     assert "rollout.max_num_seqs" in trinity.split(", ")
-
-
-def test_launcher_notices_for_seed_flags(capsys) -> None:
-    notices = listen(capsys)
-    compat.launcher_notices("TAG1|TAG2", {"PHONE_NUMBERS": "123"})
-    err = notices()
-    assert err.count("not available") == 2
-    assert "--db 'TAG1|TAG2'" in err and "PHONE_NUMBERS" in err
-    compat.launcher_notices(None, {})
-    assert "not available" not in notices()
 
 
 # ------------------------------------------------------------------ origins and config show

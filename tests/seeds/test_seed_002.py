@@ -35,14 +35,15 @@ def test_the_seed_002_agent_runs_on_the_debug_backbone(tmp_path: Path) -> None:
     err = run_seed(
         "--conf", "math_agent/math_agent.yaml", "--backbone=debug", "--with-logview", "--logview-port", "0",
         "-o", "rollout.max_response_length_in_one_turn=256",
-        "--db", "TAG1|TAG2",  # seed 004's launcher features: accepted, with a notice
+        "--db", "TAG1|TAG2",  # seed 004's launcher features: tags enabled, SMS settings asked for
         cwd=tmp_path, env={"PHONE_NUMBERS": "18812341234"},
     )  # fmt: skip
     assert err.count("is the built-in 'math_answer' today") == 1
     assert err.count("'trainer_common.trinity_only__n_vllm_engine' is for backbone 'trinity' only") == 1
     assert "Not used on backbone 'debug': " in err and "trinity: block" in err
-    assert err.count("--db 'TAG1|TAG2' (Ray Distributed Debugger breakpoints) is not available") == 1
-    assert err.count("PHONE_NUMBERS (an SMS when the run exits) is not available") == 1
+    assert err.count("breakpoint tags enabled: TAG1, TAG2") == 1
+    assert err.count("No text message will be sent when the run ends") == 1
+    assert "TWILIO_ACCOUNT_SID" in err
     (records,) = (tmp_path / "launcher_record" / "math_agent").glob("*/rollouts/debug.jsonl")
     trajectories = [json.loads(line) for line in records.read_text().splitlines()]
     assert len(trajectories) == 2  # debug_first_n_tasks' default

@@ -4,6 +4,7 @@ Bring a workflow (your agent), a judge (turns an outcome into a reward) and
 a task set; astuner runs, records, scores and trains.
 """
 
+from astuner.breakpoints import bp
 from astuner.core.task import JudgeOutput, Task, WorkflowOutput, WorkflowTask
 from astuner.hookspecs import hookimpl
 from astuner.rollout.model_tuner import ModelTuner
@@ -21,6 +22,7 @@ __all__ = [
     "Workflow",
     "WorkflowOutput",
     "WorkflowTask",
+    "bp",
     "hookimpl",
     "tune",
 ]

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from astuner.compat import launcher_notices
+from astuner.breakpoints import enable_tags
 from astuner.components import build_backbone, build_reader, check_plugin_blocks
 from astuner.config import AstunerConfig, load_config
 from astuner.config_show import annotated_yaml
@@ -37,7 +37,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 ConfOption = Annotated[Path, typer.Option("--conf", "-c", help="The YAML config file.")]
 OverrideOption = Annotated[
     list[str] | None,
-    typer.Option("--override", "-o", help="key=value over the config, e.g. rollout.temperature=0.7."),
+    typer.Option(
+        "--override", "-o", metavar="KEY=VALUE", help="A value over the config, e.g. rollout.temperature=0.7."
+    ),
 ]
 BackboneOption = Annotated[
     str | None, typer.Option("--backbone", "-b", help="Backbone to run (overrides the config).")
@@ -95,6 +97,13 @@ def _load(plugins: Plugins, conf: Path, overrides: list[str] | None, backbone: s
     return config
 
 
+def _print_version(asked: bool) -> None:
+    # Eager: answered before typer looks for a command, so `astuner --version` alone works.
+    if asked:
+        typer.echo(f"astuner {kernel_version()}")
+        raise typer.Exit()
+
+
 def make_app(plugins: Plugins | None = None) -> typer.Typer:
     """The CLI around `plugins` (default: everything installed)."""
     plugins = plugins if plugins is not None else Plugins()
@@ -104,6 +113,8 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
+        # Plain click help: typer's rich panels print a type for every flag ("--with-ray <bool>").
+        rich_markup_mode=None,
     )
 
     @app.callback()
@@ -111,13 +122,15 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
         verbose: Annotated[
             bool, typer.Option("--verbose", "-v", help="Show tracebacks and debug logs.")
         ] = False,
-        version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+        version: Annotated[
+            bool,
+            typer.Option(
+                "--version", help="Print the version and exit.", is_eager=True, callback=_print_version
+            ),
+        ] = False,
     ) -> None:
         """Train LLM agents with reinforcement learning."""
         _State.verbose = _State.verbose or verbose
-        if version:
-            typer.echo(f"astuner {kernel_version()}")
-            raise typer.Exit()
 
     @app.command()
     @handle_user_errors
@@ -155,11 +168,20 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
         ] = False,
         db: Annotated[
             str | None,
-            typer.Option("--db", help="The seeds' Ray breakpoint tags ('TAG1|TAG2'): not available yet."),
+            typer.Option(
+                "--db",
+                metavar="TAG1|TAG2",
+                help="Enable these breakpoint tags: bp('TAG1') in your code stops there (pdb in this "
+                "terminal; Ray's distributed debugger in Ray workers).",
+            ),
         ] = None,
     ) -> None:
         """Run (and train) with a config: rollouts, judging, updates."""
-        launcher_notices(db)
+        if db:
+            tags = enable_tags(db)
+            typer.echo(
+                f"breakpoint tags enabled: {', '.join(sorted(tags))} (bp('TAG') stops there)", err=True
+            )
         config = _load(plugins, conf, override, backbone)
         prepared = prepare_run(config, plugins, verbose=_State.verbose)
         viewer = None

@@ -21,7 +21,6 @@ and `judge_input_dictionary()` for `compute_reward(judge_input_dictionary)`.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -170,20 +169,6 @@ def unused_on_backbone(keys: Iterable[str], backbone: str, engine: str = "auto")
             top = key.split(".", 1)[0]
             unused.add(f"{top}: block" if top in ("verl", "trinity", "debug") else key)
     return sorted(unused)
-
-
-def launcher_notices(db_tags: str | None, environ: Mapping[str, str] | None = None) -> None:
-    """The seeds' launcher features astuner does not have yet: said plainly, never an error."""
-    environ = os.environ if environ is None else environ
-    notices = []
-    if db_tags:
-        notices.append(
-            f"--db '{db_tags}' (Ray Distributed Debugger breakpoints) is not available in astuner yet: "
-            "run with --backbone debug, which needs no Ray, and set ordinary breakpoints."
-        )
-    if environ.get("PHONE_NUMBERS"):
-        notices.append("PHONE_NUMBERS (an SMS when the run exits) is not available in astuner yet.")
-    Notices.emit(notices)
 
 
 # ------------------------------------------------------------------ code forms

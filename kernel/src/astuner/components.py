@@ -28,6 +28,7 @@ def _plugin_blocks(config: AstunerConfig) -> list[tuple[str, str, dict[str, Any]
         ("judge", "task_judge", config.task_judge.model_extra or {}),
         ("engine", "rollout.engines", config.rollout.engines),
         ("madness_check", "rollout.madness", config.rollout.madness),
+        ("notifier", "notify", config.notify),
         ("backbone", "", config.model_extra or {}),
     ]
 

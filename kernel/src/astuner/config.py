@@ -300,6 +300,11 @@ class AstunerConfig(BaseSettings):
         default_factory=dict,
         description="Named models the workflow and judge call, never trained (judges, other agents).",
     )
+    notify: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Notifiers told once when the run ends, by name, with their settings "
+        "(webhook: {url: ...}, command: {command: ...}, sms: {...}).",
+    )
     verl: dict[str, Any] = Field(default_factory=dict, description="Passed verbatim to verl.")
     trinity: dict[str, Any] = Field(default_factory=dict, description="Passed verbatim to Trinity.")
 

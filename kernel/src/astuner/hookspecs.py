@@ -121,6 +121,18 @@ def register_engines(register: Register) -> None:
 
 
 @hookspec
+def register_notifiers(register: Register) -> None:
+    """Register notifiers: who hears that a run ended.
+
+    The factory returns a `Notifier`: `notify(summary: RunSummary) -> None`,
+    called once when a run ends (finished, failed or interrupted) with what
+    it produced (`astuner.notify.RunSummary`). A notifier runs when the
+    config has its block, `notify.<name>` (its settings). One that fails or
+    hangs is logged and left behind; it never fails or holds up the run.
+    """
+
+
+@hookspec
 def register_commands(cli: typer.Typer) -> None:
     """Add sub-commands to the `astuner` command line.
 

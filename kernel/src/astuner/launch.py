@@ -1,22 +1,31 @@
 """One run of a backbone: what `astuner run` and `astuner.tune()` both do.
 
-`prepare_run` checks the reader's and judge's settings blocks, builds the
-backbone, makes the experiment folder and sends the log into it; the
-`PreparedRun` it returns then runs the backbone, with the run's companion
-services around it. The CLI starts its log viewer in between.
+`prepare_run` checks the reader's, judge's and notifiers' settings blocks,
+builds the backbone, makes the experiment folder and sends the log into it;
+the `PreparedRun` it returns then runs the backbone, with the run's
+companion services around it. The CLI starts its log viewer in between.
+
+The run folder's `status.json` says `running` from the start and how the
+run ended at the end (`run_status`); then the notifiers hear of it
+(`notify`) and the last lines printed say what the run produced and what to
+do next.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from astuner.companions import companions_for_run
-from astuner.components import build_backbone, plugin_settings
+from astuner.components import build, build_backbone, plugin_settings
 from astuner.config import AstunerConfig
+from astuner.errors import AstunerError
 from astuner.logs import configure_logging, get_logger
+from astuner.notify import RunSummary, notify_run_end, summarize
 from astuner.plugins import Plugins
 from astuner.protocols import Backbone, RunContext
 from astuner.record import ExperimentDir
+from astuner.run_status import mark_ended, mark_running
 
 
 @dataclass
@@ -34,15 +43,31 @@ class PreparedRun:
         """Run the backbone to the end; companion services (`--with-env`, ...) live as long as it does."""
         log = get_logger(backbone=self.config.backbone)
         log.info("run started", experiment=str(self.experiment.path), config=str(self.config.source or "-"))
-        with companions_for_run(
-            self.config, self.experiment.path, with_env=with_env, with_appworld=with_appworld
-        ):
-            self.backbone.run(
-                RunContext(
-                    config=self.config, experiment=self.experiment, plugins=self.plugins, with_ray=with_ray
+        state, reason = "failed", ""
+        try:
+            with companions_for_run(
+                self.config, self.experiment.path, with_env=with_env, with_appworld=with_appworld
+            ):
+                self.backbone.run(
+                    RunContext(
+                        config=self.config,
+                        experiment=self.experiment,
+                        plugins=self.plugins,
+                        with_ray=with_ray,
+                    )
                 )
-            )
-        log.info("run finished", experiment=str(self.experiment.path))
+            state = "finished"
+        except (KeyboardInterrupt, SystemExit) as exc:
+            state, reason = "killed", _stop_reason(exc)
+            raise
+        except BaseException as exc:
+            reason = _failure_reason(exc)
+            raise
+        finally:
+            summary = summarize(self.config, self.experiment, mark_ended(self.experiment.path, state, reason))
+            log.info(f"run {state}", experiment=str(self.experiment.path), reason=reason or None)
+            notify_run_end(self.config, self.plugins, summary)
+            print("\n".join(closing_lines(summary, self.config)), flush=True)
 
 
 def prepare_run(config: AstunerConfig, plugins: Plugins, *, verbose: bool = False) -> PreparedRun:
@@ -51,7 +76,56 @@ def prepare_run(config: AstunerConfig, plugins: Plugins, *, verbose: bool = Fals
         plugin_settings(config, plugins.get(kind, name, config.search_paths()))
     if config.rollout.agentscope_workflow:  # a misspelled workflow must fail before the run folder exists
         plugins.get("workflow", config.rollout.agentscope_workflow, config.search_paths())
+    for name in config.notify:  # a notifier the config asks for must be able to run
+        build(config, plugins, "notifier", name)
     backbone = build_backbone(config, plugins)
     experiment = ExperimentDir.create(config)
+    mark_running(experiment.path)
     configure_logging(verbose=verbose, log_file=experiment.log_file)
+    if os.environ.get("PHONE_NUMBERS") and "sms" not in config.notify:
+        try:
+            build(config, plugins, "notifier", "sms")
+        except AstunerError as exc:  # the seeds' SMS switch: say what is missing, run anyway
+            get_logger().warning(str(exc))
     return PreparedRun(config, plugins, backbone, experiment)
+
+
+def closing_lines(summary: RunSummary, config: AstunerConfig) -> list[str]:
+    """What the run produced and what to do next, as the run's last printed lines."""
+    folder = summary.experiment
+    why = f" ({summary.reason})" if summary.reason else ""
+    lines = [
+        f"run {summary.status}{why} after {summary.duration_s / 60:.1f} min, {summary.steps} steps: {folder}"
+    ]
+    lines.append(f"  records:     {folder}/rollouts/")
+    if summary.checkpoint:
+        lines.append(f"  checkpoint:  {summary.checkpoint}")
+    if os.path.isdir(os.path.join(folder, "tensorboard")):
+        lines.append(f"  tensorboard: tensorboard --logdir {folder}/tensorboard")
+    lines.append(f"  look:        astuner logview {folder}")
+    if summary.checkpoint:
+        lines.append(
+            f"  evaluate:    astuner eval --conf {folder}/config.yaml --checkpoint {summary.checkpoint}"
+        )
+    if summary.status == "failed":
+        lines.append(f"  why:         the end of {folder}/astuner.log")
+    elif summary.status == "killed" and summary.checkpoint:
+        lines.append(
+            f"  resume:      astuner run --conf {config.source or folder + '/config.yaml'} "
+            "-o trainer_common.resume=auto"
+        )
+    return lines
+
+
+def _stop_reason(exc: BaseException) -> str:
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (Ctrl-C)"
+    return f"stopped (exit {exc.code})" if isinstance(exc, SystemExit) and exc.code else "stopped"
+
+
+def _failure_reason(exc: BaseException) -> str:
+    """One line: the first line of an astuner error, else the exception's type and message."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, AstunerError):
+        return text[:300]
+    return f"{type(exc).__name__}: {text}"[:300]

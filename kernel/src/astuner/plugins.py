@@ -44,6 +44,7 @@ KINDS: dict[str, str] = {
     "madness_check": "register_madness_checks",
     "backbone": "register_backbones",
     "engine": "register_engines",
+    "notifier": "register_notifiers",
 }
 
 

@@ -4,17 +4,11 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
 
-from astuner import hookimpl
-from astuner.cli import make_app
-from astuner.core.tokenizer import ChatTokenizer
 from astuner.record import read_trajectories
-from astuner.testing.engines import ScriptedEngine
-from astuner.testing.tokenizers import qwen25_tokenizer
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -31,20 +25,8 @@ async def answer(task, model):
 
 
 @pytest.fixture
-def app(plugins, tmp_path_factory):
-    tokenizer_dir = tmp_path_factory.mktemp("tok")
-    qwen25_tokenizer().save_pretrained(tokenizer_dir)
-
-    def make_engine(config):
-        engine = ScriptedEngine(ChatTokenizer(qwen25_tokenizer()), lambda prompt: "13")
-        engine.tokenizer_path = str(tokenizer_dir)
-        return engine
-
-    def register_engines(register):
-        register("scripted", make_engine)
-
-    plugins.add(SimpleNamespace(register_engines=hookimpl(register_engines)), name="scripted_engine")
-    return make_app(plugins)
+def app(scripted_app):
+    return scripted_app
 
 
 def test_debug_run_writes_rollouts_and_prints_a_table(app, write_config, workdir: Path) -> None:

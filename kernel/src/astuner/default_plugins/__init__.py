@@ -16,4 +16,5 @@ DEFAULT_PLUGINS: list[str] = [
     "astuner.default_plugins.logview_command",
     "astuner.default_plugins.init_command",
     "astuner.default_plugins.eval_command",
+    "astuner.default_plugins.notifiers",
 ]

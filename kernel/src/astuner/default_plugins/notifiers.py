@@ -1,0 +1,148 @@
+"""Notifiers `webhook`, `command` and `sms`: told once when a run ends (see `astuner.notify`).
+
+    notify:
+      webhook: {url: https://hooks.example.com/astuner}    # POST the summary as JSON
+      command: {command: "python tell_me.py"}               # the summary as JSON on stdin
+
+`sms` sends the one-line summary to the numbers of the seeds' `PHONE_NUMBERS`
+through Twilio's REST API; it needs an account (`notify.sms.account_sid`,
+`auth_token`, `from_number`, or `TWILIO_ACCOUNT_SID`, `TWILIO_AUTH_TOKEN`,
+`TWILIO_FROM_NUMBER`) and names whatever is missing instead of sending.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shlex
+import subprocess
+import urllib.parse
+import urllib.request
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from astuner.errors import ConfigError
+from astuner.hookspecs import Register, hookimpl
+from astuner.notify import RunSummary
+
+
+class WebhookSettings(BaseModel):
+    """`notify.webhook`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(description="Where to POST the run summary (JSON).")
+    headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers (e.g. a token).")
+    timeout_s: float = Field(10.0, gt=0, description="Give up on the request after this long.")
+
+
+class WebhookNotifier:
+    def __init__(self, settings: WebhookSettings) -> None:
+        self.settings = settings
+
+    def notify(self, summary: RunSummary) -> None:
+        request = urllib.request.Request(
+            self.settings.url,
+            data=json.dumps(summary.as_dict()).encode("utf-8"),
+            headers={"Content-Type": "application/json", **self.settings.headers},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=self.settings.timeout_s) as response:
+            response.read()
+
+
+class CommandSettings(BaseModel):
+    """`notify.command`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str | list[str] = Field(
+        description="The command to run (no shell; a string is split like a shell would), with the run "
+        "summary as JSON on its stdin."
+    )
+    timeout_s: float = Field(60.0, gt=0, description="Stop the command after this long.")
+
+
+class CommandNotifier:
+    def __init__(self, settings: CommandSettings) -> None:
+        self.settings = settings
+
+    def notify(self, summary: RunSummary) -> None:
+        command = self.settings.command
+        argv = shlex.split(command) if isinstance(command, str) else list(command)
+        done = subprocess.run(
+            argv,
+            input=json.dumps(summary.as_dict()),
+            text=True,
+            capture_output=True,
+            timeout=self.settings.timeout_s,
+            check=False,
+        )
+        if done.returncode:
+            tail = (done.stderr or done.stdout).strip()[-400:]
+            raise RuntimeError(f"{argv[0]} exited with {done.returncode}: {tail}")
+
+
+class SmsSettings(BaseModel):
+    """`notify.sms` (Twilio); every field may come from the environment instead."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    numbers: list[str] = Field(
+        default_factory=list, description="Phone numbers to text (default: PHONE_NUMBERS, comma-separated)."
+    )
+    account_sid: str = Field("", description="Twilio account SID (or TWILIO_ACCOUNT_SID).")
+    auth_token: str = Field("", description="Twilio auth token (or TWILIO_AUTH_TOKEN).")
+    from_number: str = Field("", description="The sending number (or TWILIO_FROM_NUMBER).")
+    api_url: str = Field("https://api.twilio.com", description="Twilio's API root.")
+    timeout_s: float = Field(10.0, gt=0, description="Give up on each request after this long.")
+
+
+class SmsNotifier:
+    def __init__(self, settings: SmsSettings) -> None:
+        s = settings
+        numbers = s.numbers or [
+            n.strip() for n in os.environ.get("PHONE_NUMBERS", "").replace(";", ",").split(",") if n.strip()
+        ]
+        self.numbers = numbers
+        self.account_sid = s.account_sid or os.environ.get("TWILIO_ACCOUNT_SID", "")
+        self.auth_token = s.auth_token or os.environ.get("TWILIO_AUTH_TOKEN", "")
+        self.from_number = s.from_number or os.environ.get("TWILIO_FROM_NUMBER", "")
+        self.settings = s
+        missing = [
+            f"notify.sms.{key} (or {env})"
+            for key, env, value in (
+                ("numbers", "PHONE_NUMBERS", numbers),
+                ("account_sid", "TWILIO_ACCOUNT_SID", self.account_sid),
+                ("auth_token", "TWILIO_AUTH_TOKEN", self.auth_token),
+                ("from_number", "TWILIO_FROM_NUMBER", self.from_number),
+            )
+            if not value
+        ]
+        if missing:
+            raise ConfigError(
+                "No text message will be sent when the run ends: the SMS notifier (PHONE_NUMBERS) sends "
+                f"through Twilio and needs {', '.join(missing)}. The run itself is not affected."
+            )
+
+    def notify(self, summary: RunSummary) -> None:
+        url = f"{self.settings.api_url.rstrip('/')}/2010-04-01/Accounts/{self.account_sid}/Messages.json"
+        credentials = base64.b64encode(f"{self.account_sid}:{self.auth_token}".encode()).decode()
+        for number in self.numbers:
+            form = {"To": number, "From": self.from_number, "Body": summary.text()}
+            request = urllib.request.Request(
+                url,
+                data=urllib.parse.urlencode(form).encode(),
+                headers={"Authorization": f"Basic {credentials}"},
+                method="POST",
+            )
+            with urllib.request.urlopen(request, timeout=self.settings.timeout_s) as response:
+                response.read()
+
+
+@hookimpl
+def register_notifiers(register: Register) -> None:
+    register("webhook", WebhookNotifier, settings=WebhookSettings, summary="POST the run summary as JSON")
+    register("command", CommandNotifier, settings=CommandSettings, summary="Run a command, summary on stdin")
+    register("sms", SmsNotifier, settings=SmsSettings, summary="Text PHONE_NUMBERS through Twilio")

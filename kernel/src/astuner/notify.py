@@ -1,0 +1,145 @@
+"""Telling someone that a run ended: a summary of it, and the notifiers that send it.
+
+When a run ends (finished, failed or interrupted), `notify_run_end` builds a
+`RunSummary` and hands it to every notifier the config names under
+`notify:` (and to `sms` when the seeds' `PHONE_NUMBERS` is set). Each runs
+in a thread of its own with a time limit: one that fails or hangs is logged
+and left behind, and never fails or holds up the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from astuner.logs import get_logger
+from astuner.run_status import RunStatus
+
+if TYPE_CHECKING:
+    from astuner.config import AstunerConfig
+    from astuner.plugins import Plugins
+    from astuner.record import ExperimentDir
+
+# Longest a notifier may take before the run stops waiting for it.
+NOTIFIER_WAIT_S = 30.0
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What a notifier is told: how the run ended and what it produced."""
+
+    experiment: str
+    name: str
+    backbone: str
+    status: str
+    reason: str
+    started: str
+    ended: str
+    duration_s: float
+    steps: int
+    last_metrics: dict[str, float] = field(default_factory=dict)
+    checkpoint: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def text(self) -> str:
+        """One line, for a text message."""
+        minutes = self.duration_s / 60
+        why = f" ({self.reason})" if self.reason else ""
+        return f"astuner run {self.name} {self.status}{why} after {minutes:.1f} min, {self.steps} steps."
+
+
+class Notifier(Protocol):
+    def notify(self, summary: RunSummary) -> None: ...
+
+
+def summarize(config: AstunerConfig, experiment: ExperimentDir, status: RunStatus) -> RunSummary:
+    """The summary of the run in `experiment` that ended with `status` (absolute paths)."""
+    steps, last = _metrics(experiment)
+    checkpoints = sorted(
+        (p for p in experiment.checkpoints.glob("step_*") if p.name[5:].isdigit()),
+        key=lambda p: int(p.name[5:]),
+    )
+    started = status.started or _now()
+    ended = status.ended or _now()
+    return RunSummary(
+        experiment=str(experiment.path.resolve()),
+        name=config.experiment_name,
+        backbone=config.backbone,
+        status=status.state,
+        reason=status.reason,
+        started=started,
+        ended=ended,
+        duration_s=(datetime.fromisoformat(ended) - datetime.fromisoformat(started)).total_seconds(),
+        steps=steps,
+        last_metrics=last,
+        checkpoint=str(checkpoints[-1].resolve()) if checkpoints else None,
+    )
+
+
+def enabled_notifiers(config: AstunerConfig) -> list[str]:
+    """The notifiers this run tells: those with a `notify.<name>` block, and `sms` for PHONE_NUMBERS."""
+    names = list(config.notify)
+    if os.environ.get("PHONE_NUMBERS") and "sms" not in names:
+        names.append("sms")
+    return names
+
+
+def notify_run_end(config: AstunerConfig, plugins: Plugins, summary: RunSummary) -> None:
+    """Hand `summary` to every enabled notifier, each in its own thread, waiting at most NOTIFIER_WAIT_S."""
+    from astuner.components import build
+
+    log = get_logger()
+    threads = []
+    for name in enabled_notifiers(config):
+        try:
+            notifier = build(config, plugins, "notifier", name)
+        except Exception as exc:  # said when the run started (prepare_run); never costs the run's ending
+            log.info("notifier not run", notifier=name, error=str(exc))
+            continue
+        thread = threading.Thread(
+            target=_notify_one, args=(name, notifier, summary), name=f"astuner-notify-{name}", daemon=True
+        )
+        thread.start()
+        threads.append((name, thread))
+    for name, thread in threads:
+        thread.join(NOTIFIER_WAIT_S)
+        if thread.is_alive():
+            log.warning("notifier still busy: left behind", notifier=name, waited_s=NOTIFIER_WAIT_S)
+
+
+def _notify_one(name: str, notifier: Notifier, summary: RunSummary) -> None:
+    try:
+        notifier.notify(summary)
+    except Exception as exc:
+        get_logger().warning("notifier failed", notifier=name, error=f"{type(exc).__name__}: {exc}")
+    else:
+        get_logger().info("notified", notifier=name, status=summary.status)
+
+
+def _metrics(experiment: ExperimentDir) -> tuple[int, dict[str, float]]:
+    """Steps logged, and the last step's scalar metrics."""
+    try:
+        lines = experiment.metrics_file.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return 0, {}
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue  # a line cut short by a kill
+    steps = [r for r in records if isinstance(r.get("step"), int) and r["step"] > 0]
+    if not steps:
+        return 0, {}
+    last = {k: v for k, v in steps[-1].items() if isinstance(v, int | float) and k != "step"}
+    return steps[-1]["step"], last
+
+
+def _now() -> str:
+    return datetime.now().astimezone().isoformat(timespec="seconds")

@@ -1,0 +1,72 @@
+"""Tagged breakpoints: `bp("TAG")` stops in pdb only for tags `--db` enabled; others cost nothing."""
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from astuner import bp
+from astuner.breakpoints import DB_TAGS_ENV
+
+WORKFLOW = """
+from astuner import WorkflowOutput
+from vsdb import bp  # the seeds' spelling
+
+async def stops(task, model):
+    where = "before the tags"
+    bp("OFF")
+    where = "at tag ON"
+    bp("ON")
+    where = "after the tags"
+    return WorkflowOutput(response=where, metadata={"final_answer": where})
+"""
+
+
+@pytest.fixture
+def debugging_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `--db` writes these into the environment for the run's workers: put them back after the test.
+    for name in (DB_TAGS_ENV, "RAY_DEBUG", "RAY_DEBUG_POST_MORTEM"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def app(scripted_app):
+    return scripted_app
+
+
+def test_an_enabled_tag_stops_in_pdb_driven_through_stdin_and_a_disabled_one_does_not(
+    app, write_config, workdir: Path, debugging_env
+) -> None:
+    (workdir / "stops_workflow.py").write_text(WORKFLOW)
+    conf = write_config(
+        {
+            "task_reader": {"type": "arith"},
+            "rollout": {"agentscope_workflow": "stops_workflow->stops", "engine": "scripted"},
+            "debug": {"debug_first_n_tasks": 1, "num_repeat": 1},
+        },
+        name="bp.yaml",
+    )
+    result = CliRunner().invoke(
+        app,
+        ["run", "--conf", str(conf), "--backbone", "debug", "--db", "ON|OTHER"],
+        input="p where\np 'pdb' + ' answered'\nc\n",
+    )
+    assert result.exit_code == 0, result.output
+    assert "breakpoint tags enabled: ON, OTHER" in result.stderr
+    assert "astuner: breakpoint 'ON'" in result.stderr
+    # one stop (at ON, not at OFF), three commands read: two answers, then 'c'
+    assert result.stdout.count("(Pdb)") == 3
+    assert "'at tag ON'" in result.stdout and "'pdb answered'" in result.stdout
+    assert "'before the tags'" not in result.stdout
+    (records,) = (workdir / "launcher_record" / "bp").glob("*/rollouts/debug.jsonl")
+    assert "after the tags" in records.read_text()  # the rollout went on after 'c'
+
+
+def test_without_db_no_tag_stops(monkeypatch: pytest.MonkeyPatch, debugging_env) -> None:
+    import pdb
+
+    monkeypatch.setattr(pdb.Pdb, "set_trace", lambda *a: pytest.fail("stopped"))
+    bp("ANY")  # no tags enabled at all
+    monkeypatch.setenv(DB_TAGS_ENV, "OTHER|MORE")
+    bp("ANY")  # enabled tags, not this one
