@@ -253,3 +253,74 @@ def test_lines_that_are_not_trajectories_are_counted_not_shown(
     page.locator(".trajectory-row").last.click()
     page.wait_for_selector(".summary")
     assert "explode" in page.locator(".summary").inner_text()
+
+
+def test_runs_newest_first_with_their_status_fit_1280_pixels_and_steps_open_their_trajectories(
+    browser, serve, tmp_path: Path, calc_run: Path
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from astuner.run_status import mark_ended, mark_running
+
+    root = tmp_path / "records"
+    finished, failed, killed = (
+        root / "calc" / "20260101-000000",
+        root / "calc" / "20260102-000000",
+        root / "other" / "20260103-000000",
+    )
+    for run in (finished, failed, killed):
+        shutil.copytree(calc_run, run)
+        mark_running(run)
+    mark_ended(finished, "finished")
+    mark_ended(failed, "failed", "RuntimeError: the judge fell over")
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    status = json.loads((killed / "status.json").read_text())
+    (killed / "status.json").write_text(json.dumps({**status, "pid": int(gone.stdout)}))
+    # the failed run trained two steps: a rollout file and a metrics row each
+    lines = (failed / "rollouts" / "debug.jsonl").read_text().splitlines(keepends=True)
+    (failed / "rollouts" / "debug.jsonl").unlink()
+    (failed / "rollouts" / "step_1.jsonl").write_text("".join(lines[:4]))
+    (failed / "rollouts" / "step_2.jsonl").write_text("".join(lines[4:]))
+    rows = [{"step": s, "train/reward_mean": 0.25 * s, "timing/step_s": 3.0} for s in (1, 2)]
+    (failed / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    try:
+        page.goto(serve(root).url)
+        page.wait_for_selector(".run-row")
+        order = page.eval_on_selector_all(".run-row", "rows => rows.map(r => r.dataset.run)")
+        assert order == [
+            "other/20260103-000000",
+            "calc/20260102-000000",
+            "calc/20260101-000000",
+        ]  # newest first
+        assert page.locator(".run-row .run-status").all_inner_texts() == ["killed", "failed", "finished"]
+        failed_row = page.locator(".run-row.state-failed")
+        assert "failed: RuntimeError: the judge fell over" in failed_row.get_attribute("title")
+        red = failed_row.locator(".run-status").evaluate("e => getComputedStyle(e).color")
+        assert red == "rgb(192, 57, 43)"
+        assert page.locator("#runs th").all_inner_texts()[-1] == "mean judge reward"
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+        widths = page.eval_on_selector("#runs", "box => [box.scrollWidth, box.clientWidth]")
+        columns = page.eval_on_selector_all("#runs th", "ths => ths.map(t => t.offsetWidth)")
+        assert widths[0] <= widths[1], f"the run list overflows its pane at 1280 pixels: {widths} {columns}"
+
+        failed_row.click()
+        page.wait_for_selector(".trajectory-row")
+        page.click("#tabs button[data-tab=metrics]")
+        caption = page.locator(".chart[data-key='train/reward_mean'] figcaption")
+        assert caption.inner_text().splitlines() == ["mean judge reward (last 0.5000)", "train/reward_mean"]
+        page.locator(".chart[data-key='train/reward_mean'] circle[data-step='2']").click()
+        expect(page.locator(".trajectory-row")).to_have_count(len(lines) - 4)
+        widths = page.eval_on_selector("#trajectories", "box => [box.scrollWidth, box.clientWidth]")
+        assert widths[0] <= widths[1], f"the trajectory list overflows its pane at 1280 pixels: {widths}"
+        steps = page.locator(".trajectory-row td:first-child").all_inner_texts()
+        assert set(steps) == {"2"} and page.locator("select[name=step]").input_value() == "2"
+        page.screenshot(path=str(ARTIFACTS / "logview-runs-status.png"))
+    finally:
+        context.close()

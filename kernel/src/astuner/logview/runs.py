@@ -32,6 +32,8 @@ from typing import Any
 
 import yaml
 
+from astuner.run_status import STATUS_FILE, RunStatus, read_status
+
 _MAX_DEPTH = 3
 _STEP_FILE = re.compile(r"step_(\d+)\.jsonl$")
 _STAMP = re.compile(r"^(\d{8}-\d{6})")
@@ -136,6 +138,8 @@ class RunInfo:
     model: str
     steps: int
     last_metrics: dict[str, Any]
+    status: str  # running, finished, failed, killed; unknown for runs older than status.json
+    status_reason: str
 
 
 def read_config(run: Path, root: Path | None = None) -> dict[str, Any]:
@@ -182,6 +186,7 @@ def run_time(run: Path, root: Path | None = None) -> str:
 
 def run_info(root: Path, run: Path) -> RunInfo:
     """What the run list shows for `run`, reading only what resolves inside `root`."""
+    status = read_status(run) if _run_file(run, STATUS_FILE, root) is not None else RunStatus("unknown")
     config = read_config(run, root)
     metrics = read_metrics(run, root)
     files = rollout_files(run, root)
@@ -197,4 +202,6 @@ def run_info(root: Path, run: Path) -> RunInfo:
         model=str(model.get("path", "")),
         steps=len(steps),
         last_metrics=metrics[-1] if metrics else {},
+        status=status.state,
+        status_reason=status.reason,
     )

@@ -99,18 +99,20 @@ class RecordStore:
         return path
 
     def run_list(self) -> list[dict[str, Any]]:
-        """Every run with `mean_reward`: the last `reward/mean` metric, else the mean over its rollouts."""
+        """Every run, newest first, with `mean_reward`: the last mean judge reward metric, else the mean
+        over its rollouts."""
         out = []
         for path in self.runs().values():
             info = asdict(run_info(self.root, path))
             info["mean_reward"] = self._mean_reward(path, info["last_metrics"])
             out.append(info)
-        return out
+        return sorted(out, key=lambda info: info["time"], reverse=True)
 
     def _mean_reward(self, run: Path, last_metrics: dict[str, Any]) -> float | None:
-        value = last_metrics.get("reward/mean")
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+        for key in ("train/reward_mean", "reward/mean"):
+            value = last_metrics.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value)
         files = rollout_files(run, self.root)
         # Large unopened runs are not read just to fill the list; opening the run indexes them.
         if sum(f.stat().st_size for f in files if f not in self._indexes) > _EAGER_INDEX_BYTES:

@@ -131,15 +131,19 @@ async function loadRuns() {
     return;
   }
   const table = el("table", { class: "grid" },
-    el("thead", {}, el("tr", {}, ["experiment", "time", "backbone", "steps", "reward"].map((h) => el("th", { text: h })))));
+    el("thead", {}, el("tr", {}, ["experiment", "started", "status", "steps", "mean judge reward"]
+      .map((h) => el("th", { text: h })))));
   const body = el("tbody");
-  for (const run of data.runs) {
+  for (const run of data.runs) {  // newest first
     const reward = run.mean_reward;
-    const row = el("tr", { class: "run-row", data: { run: run.id }, title: `${run.id}\n${run.time}\nmodel: ${run.model}`,
+    const why = run.status_reason ? `\n${run.status}: ${run.status_reason}` : "";
+    const row = el("tr", { class: `run-row state-${run.status}`, data: { run: run.id },
+      title: `${run.id}\n${run.time}\nbackbone: ${run.backbone}\nmodel: ${run.model}${why}`,
       on: { click: () => selectRun(run.id) } },
       // Month, day and minute are enough to tell runs apart; the full time is in the tooltip.
-      el("td", { text: run.experiment }), el("td", { text: run.time.slice(5, 16) }), el("td", { text: run.backbone }),
-      el("td", { text: run.steps }), el("td", { text: fmt(reward) }));
+      el("td", { text: run.experiment }), el("td", { text: run.time.slice(5, 16) }),
+      el("td", { class: "run-status", text: run.status === "unknown" ? "–" : run.status }),
+      el("td", { class: "num", text: run.steps }), el("td", { class: "num", text: fmt(reward) }));
     body.append(row);
   }
   table.append(body);
@@ -432,12 +436,58 @@ function chart(key, points) {
   add("line", { x1: P, y1: H - P, x2: W - P, y2: H - P, class: "axis" });
   add("line", { x1: P, y1: P, x2: P, y2: H - P, class: "axis" });
   add("polyline", { points: points.map((p) => `${sx(p[0])},${sy(p[1])}`).join(" "), class: "series" });
-  for (const p of points) add("circle", { cx: sx(p[0]), cy: sy(p[1]), r: 2, class: "dot" });
+  for (const p of points) {
+    // Each point opens its step's trajectories.
+    const dot = document.createElementNS(ns, "circle");
+    for (const [k, v] of Object.entries({ cx: sx(p[0]), cy: sy(p[1]), r: 3, class: "dot", "data-step": p[0] })) dot.setAttribute(k, v);
+    const tip = document.createElementNS(ns, "title");
+    tip.textContent = `step ${p[0]}: ${fmt(p[1], 4)} (click: this step's trajectories)`;
+    dot.append(tip);
+    dot.addEventListener("click", () => showStep(p[0]));
+    svg.append(dot);
+  }
   add("text", { x: 2, y: P + 4, class: "tick" }, fmt(y1, 3));
   add("text", { x: 2, y: H - P, class: "tick" }, fmt(y0, 3));
   add("text", { x: P, y: H - 8, class: "tick" }, `step ${x0}`);
   add("text", { x: W - P, y: H - 8, class: "tick", "text-anchor": "end" }, `${x1}`);
-  return el("figure", { class: "chart", data: { key } }, el("figcaption", { text: `${key} (last ${fmt(ys[ys.length - 1], 4)})` }), svg);
+  const caption = el("figcaption", { title: key },
+    el("span", { text: `${metricName(key)} (last ${fmt(ys[ys.length - 1], 4)})` }), el("span", { class: "key", text: key }));
+  return el("figure", { class: "chart", data: { key } }, caption, svg);
+}
+
+// What a metric is, in words; the key stays under it.
+const METRIC_NAMES = {
+  "train/reward_mean": "mean judge reward", "reward/mean": "mean judge reward",
+  "train/reward_std": "judge reward spread (std)", "train/success_rate": "share of successful rollouts",
+  "success/rate": "share of successful rollouts", "train/error_rate": "share of rollouts that raised",
+  "train/madness_rate": "share of rollouts flagged by madness checks",
+  "train/zero_adv_group_frac": "share of groups with equal rewards (no signal)",
+  "train/response_tokens_mean": "mean reply tokens per call", "train/trained_tokens": "tokens trained",
+  "train/turns_mean": "mean model calls per rollout", "train/tool_call_rate": "share of rollouts calling a tool",
+  "train/tool_parse_failures": "tool calls that did not parse", "train/truncation_rate": "share of replies cut at the token limit",
+  "actor/entropy": "mean token entropy", "actor/grad_norm": "gradient norm (before clipping)",
+  "actor/clip_frac": "share of tokens clipped by PPO", "actor/logprob_gap": "|trainer - sampler| log-prob",
+  "actor/lr": "learning rate", "actor/loss": "loss", "actor/pg_loss": "policy-gradient loss",
+  "timing/step_s": "seconds per step", "timing/rollout_s": "seconds of rollouts", "timing/update_s": "seconds of update",
+  "rollout/prompt_tokens_reused_frac": "share of prompt tokens from stored keys and values",
+};
+
+function metricName(key) {
+  if (METRIC_NAMES[key]) return METRIC_NAMES[key];
+  const val = key.match(/^val(?:idation)?\/(.*)$/);
+  return val && METRIC_NAMES[`train/${val[1]}`] ? `validation: ${METRIC_NAMES[`train/${val[1]}`]}` : key;
+}
+
+async function showStep(step) {
+  // The step's rollout file, in the trajectory list (filter "step").
+  const select = document.getElementById("filters").elements.step;
+  if (![...select.options].some((o) => o.value === String(step))) {
+    setStatus(`no rollouts recorded for step ${step}`, true);
+    return;
+  }
+  select.value = String(step);
+  state.offset = 0;
+  await loadTrajectories();
 }
 
 const CHART_ORDER = [/reward/, /success/, /token|length|len/, /time|_s$|sec/];
