@@ -373,3 +373,18 @@ def test_models_that_cannot_share_a_prompt_run_whole_rows(tiny_model_dir: Path) 
     assert metrics["padded_tokens"] == sum(
         b.padded_tokens for b in make_micro_batches(samples, trainer.settings.max_tokens, trainer.pad_id)
     )
+
+
+def test_the_update_says_where_it_is_once_per_micro_batch(tiny_model_dir: Path) -> None:
+    from structlog.testing import capture_logs
+
+    trainer = make_trainer(tiny_model_dir, max_tokens=16, mini_batch_num=2)
+    samples = with_old_logprobs(trainer, fixed_batch())
+    with capture_logs() as logs:
+        metrics = trainer.update(samples)
+    lines = [line for line in logs if line["event"] == "update"]
+    assert len(lines) == metrics["micro_batches"] > 2
+    for step in ("1/2", "2/2"):  # each optimizer step counts its own micro-batches 1..n
+        counted = [line["micro_batch"] for line in lines if line["optimizer_step"] == step]
+        assert counted == [f"{i}/{len(counted)}" for i in range(1, len(counted) + 1)] and counted
+    assert sum(line["tokens"] for line in lines) == metrics["real_tokens"]

@@ -30,6 +30,7 @@ carry a gradient.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -249,12 +250,16 @@ class PolicyTrainer:
         grad_norms: list[float] = []
         model.train()
         share = s.share_prompt_prefix and self._shares_prefix(model)
-        for part in _split(list(samples), s.mini_batch_num):
+        parts = _split(list(samples), s.mini_batch_num)
+        began = time.perf_counter()
+        for number, part in enumerate(parts, 1):
             norm = sample_norm(part)
             carrying = [x for x in part if objective == "likelihood" or self._carries_gradient(x)]
             metrics["skipped_samples"] += len(part) - len(carrying)
             self.optimizer.zero_grad(set_to_none=True)
-            for batch in make_micro_batches(carrying, s.max_tokens, self.pad_id, share_prefix=share):
+            batches = make_micro_batches(carrying, s.max_tokens, self.pad_id, share_prefix=share)
+            for index, batch in enumerate(batches, 1):
+                _progress(index, len(batches), number, len(parts), batch.real_tokens, began)
                 batch = batch.to(self.policy.device)
                 if objective == "likelihood":
                     loss, stats = self.likelihood_loss(batch, norm)
@@ -316,6 +321,18 @@ class PolicyTrainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+
+
+def _progress(index: int, count: int, part: int, parts: int, tokens: int, began: float) -> None:
+    """One line per micro-batch: an update on CPU takes minutes, and should say where it is."""
+    where = {"optimizer_step": f"{part}/{parts}"} if parts > 1 else {}
+    get_logger().info(
+        "update",
+        micro_batch=f"{index}/{count}",
+        tokens=tokens,
+        elapsed_s=round(time.perf_counter() - began, 1),
+        **where,
+    )
 
 
 def sample_norm(samples: Sequence[Sample]) -> StepNorm:
