@@ -23,6 +23,7 @@ from auxiliary_parts import (
     run,
     solver,
 )
+from structlog.testing import capture_logs
 
 from astuner.components import check_plugin_blocks
 from astuner.config import AstunerConfig, load_config
@@ -31,6 +32,7 @@ from astuner.core.trajectory import Trajectory
 from astuner.errors import ConfigError, PluginError
 from astuner.logview.index import summarize
 from astuner.plugins import Plugins
+from astuner.rollout import episode
 from astuner.rollout.engine import SamplingParams
 from astuner.rollout.episode import EpisodeSource
 
@@ -127,7 +129,7 @@ def test_an_agentscope_workflow_gets_agentscope_chat_models(
 
 
 def test_a_worker_episode_source_builds_the_auxiliary_models_once(
-    plugins: Plugins, folders: SimpleNamespace, write_config, workdir: Path
+    plugins: Plugins, folders: SimpleNamespace, write_config, workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """verl and Trinity workers run one episode per stack: the critic's engine is built on the first only."""
     built = engines_plugin(plugins, folders)
@@ -138,7 +140,13 @@ def test_a_worker_episode_source_builds_the_auxiliary_models_once(
     async def go() -> list:
         return [await source.run(task, main, SAMPLING) for task in TASKS]
 
-    (right, right_samples), (wrong, wrong_samples) = asyncio.run(go())
+    monkeypatch.setattr(episode, "PROGRESS_EVERY_S", 0.0)
+    with capture_logs() as logs:
+        (right, right_samples), (wrong, wrong_samples) = asyncio.run(go())
+    # the worker's own progress, for engines that show only theirs
+    progress = [line for line in logs if line["event"] == "rollouts in this worker"]
+    assert [(p["done"], p["mean_reward"]) for p in progress] == [(1, 1.0), (2, 0.5)]
+    assert all(p["tokens_per_s"] > 0 for p in progress)
     assert len(built.critic) == 1 and built.critic[0].calls == 6
     assert (right.reward, wrong.reward) == (1.0, 0.0)
     for trajectory, samples in ((right, right_samples), (wrong, wrong_samples)):

@@ -8,12 +8,18 @@ the same rollout stack as the other backbones, with the engine the caller
 hands it (an adapter over the foreign engine's token-in/token-out call).
 The auxiliary models of the config are built on the first episode and
 kept for every later one, for the life of the worker process.
+
+Those engines show their own step progress; what they cannot show is the
+workers' side, so each worker logs, at most every `PROGRESS_EVERY_S`, its
+rollouts done, generated tokens per second and mean reward (Ray forwards
+the line to the driver's console).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -22,6 +28,7 @@ from astuner.core.merge import merge_trajectory
 from astuner.core.task import Task
 from astuner.core.trajectory import Sample, Trajectory
 from astuner.errors import AstunerError
+from astuner.logs import get_logger
 from astuner.plugins import Plugins
 from astuner.rollout.auxiliary import AuxiliaryModel, build_auxiliary_models
 from astuner.rollout.engine import SamplingParams
@@ -29,6 +36,7 @@ from astuner.rollout.stack import rollout_stack
 
 CONFIG_ENV = "ASTUNER_CONFIG"
 SEARCH_PATHS_ENV = "ASTUNER_SEARCH_PATHS"
+PROGRESS_EVERY_S = 30.0
 
 
 class EpisodeSource:
@@ -40,6 +48,7 @@ class EpisodeSource:
         self.config = config
         self.plugins = plugins
         self.auxiliary: dict[str, AuxiliaryModel] | None = None
+        self.progress = WorkerProgress()
 
     @classmethod
     def shared(cls, config_path: str | None, search_paths: Sequence[str] | None = None) -> EpisodeSource:
@@ -76,7 +85,37 @@ class EpisodeSource:
             trajectory = await runner.run_one(task, group_id or task.task_id, repeat, sampling)
             targets = runner.workflow.trainable_targets or None
         samples, _ = merge_trajectory(trajectory, trainable_targets=targets)
+        self.progress.add(trajectory)
         return trajectory, samples
+
+
+class WorkerProgress:
+    """Rollouts done in this worker process, generated tokens per second, mean reward; logged at most
+    every `PROGRESS_EVERY_S` seconds."""
+
+    def __init__(self) -> None:
+        self.started: float | None = None
+        self.logged = 0.0
+        self.done = 0
+        self.tokens = 0
+        self.reward = 0.0
+
+    def add(self, trajectory: Trajectory) -> None:
+        now = time.perf_counter()
+        if self.started is None:
+            self.started = now - (trajectory.timings.get("total_s", 0.0) if trajectory.timings else 0.0)
+        self.done += 1
+        self.tokens += sum(len(call.response_ids) for call in trajectory.calls)
+        self.reward += reward_of(trajectory)
+        if now - self.logged >= PROGRESS_EVERY_S:
+            self.logged = now
+            get_logger().info(
+                "rollouts in this worker",
+                worker=os.getpid(),
+                done=self.done,
+                tokens_per_s=round(self.tokens / max(now - self.started, 1e-9), 1),
+                mean_reward=round(self.reward / self.done, 4),
+            )
 
 
 def reward_of(trajectory: Trajectory) -> float:
