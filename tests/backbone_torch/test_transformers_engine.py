@@ -105,3 +105,36 @@ def test_a_next_turn_joins_the_running_batch_and_is_answered_before_a_long_reply
     asyncio.run(both())
     assert events == ["first turn", "second turn", "long reply (length)"]
     assert engine.batches_run == 1  # one running batch served all three calls
+
+
+LENGTHS_WORKFLOW = """
+from astuner import WorkflowOutput
+
+async def lengths(task, model):
+    call = await model.chat([{"role": "user", "content": task["question"]}], max_tokens=int(task["answer"]))
+    return WorkflowOutput(response=call.content, metadata={"final_answer": task["answer"]})
+"""
+
+
+def test_rollouts_on_one_engine_end_and_are_timed_each_on_its_own(
+    engine: TransformersEngine, tiny_model_dir: Path, plugins, write_config, workdir: Path
+) -> None:
+    from astuner.config import load_config
+    from astuner.core.task import Task
+    from astuner.rollout.stack import rollout_stack
+
+    (workdir / "lengths_workflow.py").write_text(LENGTHS_WORKFLOW)
+    workflow = {"agentscope_workflow": "lengths_workflow->lengths"}
+    conf = write_config({"model": {"path": str(tiny_model_dir)}, "rollout": workflow})
+    config = load_config(conf, environ={})
+    engine.tokenizer_path = str(tiny_model_dir)
+    tasks = [Task(task_id=f"n{n}", main_query="count", metadata={"answer": str(n)}) for n in (2, 60)]
+
+    async def run():
+        async with rollout_stack(config, plugins, engine=engine) as runner:
+            return await runner.run(tasks, SamplingParams(temperature=0.0, max_tokens=64), 1, progress=False)
+
+    short, long = sorted(asyncio.run(run()), key=lambda t: t.task_id)
+    assert [len(t.calls[0].response_ids) for t in (short, long)] == [2, 60]
+    assert engine.batches_run == 1  # decoded together, yet the short one was answered when it ended
+    assert short.timings["total_s"] < long.timings["total_s"]
