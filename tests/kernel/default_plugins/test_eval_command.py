@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -324,3 +325,10 @@ def test_eval_on_an_environment_serves_it_with_with_env(tmp_path: Path, tiny_mod
     for t in trajectories:
         assert t.error is None, t.error
         assert t.metadata["env_steps"] and "env_score" in t.metrics
+
+
+def test_eval_shows_its_progress(scripted: SimpleNamespace, workdir: Path, capsys) -> None:
+    conf = write_project(workdir, str(scripted.tokenizer_dir), judge="exact", rollout={"engine": "scripted"})
+    run_eval(load_config(conf), scripted.plugins, EvalOptions(n_samples=2, max_tasks=3))
+    shown = capsys.readouterr().out
+    assert re.search(r"eval .*6/6 .*reward [\d.]+ +\d+ tok/s", shown), shown
