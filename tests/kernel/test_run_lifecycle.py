@@ -252,3 +252,14 @@ def test_version_and_help_without_type_placeholders(app) -> None:
     for command in (["run"], ["plugins", "list"], ["config", "show"], ["eval"], ["logview"]):
         shown = CliRunner().invoke(app, [*command, "--help"]).stdout
         assert "Usage:" in shown and "<bool>" not in shown, command
+
+
+def test_tracking_marks_how_a_block_ended(tmp_path: Path) -> None:
+    from astuner.run_status import tracking
+
+    with tracking(tmp_path):
+        assert read_status(tmp_path).state == "running"
+    assert read_status(tmp_path).state == "finished"
+    with pytest.raises(ValueError), tracking(tmp_path):
+        raise ValueError("bad split\nmore")
+    assert str(read_status(tmp_path)) == "failed: ValueError: bad split"

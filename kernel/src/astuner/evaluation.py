@@ -38,6 +38,7 @@ from astuner.protocols import Split
 from astuner.record import ExperimentDir, append_lines, append_trajectories
 from astuner.rollout.engine import SamplingParams
 from astuner.rollout.stack import rollout_stack
+from astuner.run_status import tracking
 
 SUMMARY_FILE = "eval_summary.json"
 ROLLOUT_FILE = "eval.jsonl"
@@ -126,6 +127,17 @@ def run_eval(config: AstunerConfig, plugins: Plugins, options: EvalOptions) -> E
     config = prepare_eval_config(config, plugins, options)
     sampling = eval_sampling(config, options.n_samples, options.temperature)
     experiment = ExperimentDir.create(config)
+    with tracking(experiment.path):
+        return _evaluate(config, plugins, options, sampling, experiment)
+
+
+def _evaluate(
+    config: AstunerConfig,
+    plugins: Plugins,
+    options: EvalOptions,
+    sampling: SamplingParams,
+    experiment: ExperimentDir,
+) -> EvalReport:
     log_to_file(experiment.log_file)
     log = get_logger(backbone="eval")
     log.info("eval started", experiment=str(experiment.path), model=config.model.path)

@@ -25,7 +25,7 @@ from astuner.notify import RunSummary, notify_run_end, summarize
 from astuner.plugins import Plugins
 from astuner.protocols import Backbone, RunContext
 from astuner.record import ExperimentDir
-from astuner.run_status import mark_ended, mark_running
+from astuner.run_status import mark_ended, mark_running, outcome
 
 
 @dataclass
@@ -43,27 +43,20 @@ class PreparedRun:
         """Run the backbone to the end; companion services (`--with-env`, ...) live as long as it does."""
         log = get_logger(backbone=self.config.backbone)
         log.info("run started", experiment=str(self.experiment.path), config=str(self.config.source or "-"))
-        state, reason = "failed", ""
+        ending: BaseException | None = None
         try:
             with companions_for_run(
                 self.config, self.experiment.path, with_env=with_env, with_appworld=with_appworld
             ):
-                self.backbone.run(
-                    RunContext(
-                        config=self.config,
-                        experiment=self.experiment,
-                        plugins=self.plugins,
-                        with_ray=with_ray,
-                    )
+                context = RunContext(
+                    config=self.config, experiment=self.experiment, plugins=self.plugins, with_ray=with_ray
                 )
-            state = "finished"
-        except (KeyboardInterrupt, SystemExit) as exc:
-            state, reason = "killed", _stop_reason(exc)
-            raise
+                self.backbone.run(context)
         except BaseException as exc:
-            reason = _failure_reason(exc)
+            ending = exc
             raise
         finally:
+            state, reason = outcome(ending)
             summary = summarize(self.config, self.experiment, mark_ended(self.experiment.path, state, reason))
             log.info(f"run {state}", experiment=str(self.experiment.path), reason=reason or None)
             notify_run_end(self.config, self.plugins, summary)
@@ -115,17 +108,3 @@ def closing_lines(summary: RunSummary, config: AstunerConfig) -> list[str]:
             "-o trainer_common.resume=auto"
         )
     return lines
-
-
-def _stop_reason(exc: BaseException) -> str:
-    if isinstance(exc, KeyboardInterrupt):
-        return "interrupted (Ctrl-C)"
-    return f"stopped (exit {exc.code})" if isinstance(exc, SystemExit) and exc.code else "stopped"
-
-
-def _failure_reason(exc: BaseException) -> str:
-    """One line: the first line of an astuner error, else the exception's type and message."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    if isinstance(exc, AstunerError):
-        return text[:300]
-    return f"{type(exc).__name__}: {text}"[:300]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -64,6 +66,32 @@ def mark_ended(folder: Path, state: State, reason: str = "") -> RunStatus:
     )
     _write(folder, status)
     return status
+
+
+def outcome(exc: BaseException | None) -> tuple[State, str]:
+    """How a run that raised `exc` (None: returned) ended, and why, in one line."""
+    if exc is None:
+        return "finished", ""
+    if isinstance(exc, KeyboardInterrupt):
+        return "killed", "interrupted (Ctrl-C)"
+    if isinstance(exc, SystemExit):
+        return "killed", f"stopped (exit {exc.code})" if exc.code else "stopped"
+    from astuner.errors import AstunerError
+
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return "failed", (first if isinstance(exc, AstunerError) else f"{type(exc).__name__}: {first}")[:300]
+
+
+@contextmanager
+def tracking(folder: Path) -> Iterator[None]:
+    """`running` in `folder` while the block runs, then how it ended (`outcome`)."""
+    mark_running(folder)
+    try:
+        yield
+    except BaseException as exc:
+        mark_ended(folder, *outcome(exc))
+        raise
+    mark_ended(folder, "finished")
 
 
 def read_status(folder: Path) -> RunStatus:

@@ -23,6 +23,7 @@ from astuner.evaluation import EvalOptions, eval_metrics, run_eval
 from astuner.logview.runs import find_runs, rollout_files, run_info
 from astuner.plugins import Plugins
 from astuner.record import read_trajectories
+from astuner.run_status import read_status
 from astuner.testing.cli import run_astuner
 from astuner.testing.engines import ScriptedEngine
 from astuner.testing.tokenizers import qwen25_tokenizer
@@ -157,6 +158,7 @@ def test_one_sample_is_greedy_and_the_run_shows_in_the_log_viewer(
     assert (info.experiment, info.backbone) == ("evalproj_eval", "eval")
     assert info.last_metrics["eval/reward_mean"] == 0.0
     assert [f.name for f in rollout_files(run)] == ["eval.jsonl"]
+    assert read_status(run).state == "finished"
 
 
 def test_bad_options_fail_before_a_folder_is_made(scripted: SimpleNamespace, workdir: Path) -> None:

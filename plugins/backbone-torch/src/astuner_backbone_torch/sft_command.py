@@ -13,6 +13,7 @@ from astuner.config import AstunerConfig, load_config
 from astuner.logs import configure_logging, get_logger
 from astuner.plugins import Plugins
 from astuner.record import ExperimentDir
+from astuner.run_status import tracking
 
 SUFFIX = "-sft"
 
@@ -66,7 +67,8 @@ def sft(
         raise typer.BadParameter(f"'{source}' does not exist.", param_hint="--from")
     experiment = ExperimentDir.create(config)
     configure_logging(verbose=is_verbose(), log_file=experiment.log_file)
-    last = run_sft(config, settings, source, experiment).resolve()
+    with tracking(experiment.path):
+        last = run_sft(config, settings, source, experiment).resolve()
     log = get_logger()
     log.info("sft finished", experiment=str(experiment.path))
     typer.echo(f"checkpoint:  {last}")
