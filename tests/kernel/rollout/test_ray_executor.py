@@ -100,3 +100,43 @@ def test_rollouts_run_in_ray_workers_and_are_recorded_in_the_driver(
     for trajectory in (bad_a, bad_b):
         assert trajectory.reward is None
         assert "Ray worker" in trajectory.error and "the environment broke" in trajectory.error
+
+
+BREAKPOINT_AGENT = """
+import os
+import sys
+
+from astuner import WorkflowOutput, bp
+
+
+async def stops(task, model, auxiliary_models=None):
+    hits = []
+    # Ray's distributed debugger serves breakpoint() in a worker through this hook.
+    sys.breakpointhook = lambda *args, **kwargs: hits.append("ray debugger")
+    os.environ["ASTUNER_DB_TAGS"] = "ON"
+    bp("OFF")
+    bp("ON")
+    return WorkflowOutput(response="x", metadata={"final_answer": "x", "hits": hits, "pid": os.getpid()})
+"""
+
+
+def test_an_enabled_tag_in_a_ray_worker_goes_to_rays_debugger_not_pdb(
+    ray_head: RayHead, workdir: Path, write_config, tiny_model_dir: Path
+) -> None:
+    (workdir / "ray_stops.py").write_text(BREAKPOINT_AGENT, encoding="utf-8")
+    workflow = {"agentscope_workflow": "ray_stops->stops", "executor": "ray"}
+    config = load_config(
+        write_config({"model": {"path": str(tiny_model_dir)}, "rollout": workflow}), environ={}
+    )
+    engine = ScriptedEngine(load_tokenizer(str(tiny_model_dir)), respond)
+
+    async def go() -> list:
+        async with rollout_stack(config, Plugins(), engine=engine) as runner:
+            return await runner.run(
+                [Task(task_id="t", main_query="q")], sampling_from_config(config), progress=False
+            )
+
+    (trajectory,) = asyncio.run(go())
+    assert trajectory.error is None, trajectory.error
+    output = trajectory.metadata["workflow_output"]["metadata"]
+    assert output["pid"] != os.getpid() and output["hits"] == ["ray debugger"]  # once: tag OFF did not stop
