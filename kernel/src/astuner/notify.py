@@ -99,8 +99,8 @@ def notify_run_end(config: AstunerConfig, plugins: Plugins, summary: RunSummary)
     for name in enabled_notifiers(config):
         try:
             notifier = build(config, plugins, "notifier", name)
-        except Exception as exc:  # said when the run started (prepare_run); never costs the run's ending
-            log.info("notifier not run", notifier=name, error=str(exc))
+        except Exception as exc:  # said once when the run started (prepare_run); never costs the run's ending
+            log.debug("notifier not run", notifier=name, error=str(exc))
             continue
         thread = threading.Thread(
             target=_notify_one, args=(name, notifier, summary), name=f"astuner-notify-{name}", daemon=True
