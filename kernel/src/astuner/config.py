@@ -376,8 +376,12 @@ def load_config(
     defaults: dict[str, Any] | None = None,
     arguments: dict[str, Any] | None = None,
     backbone: str | None = None,
+    for_training: bool = True,
 ) -> AstunerConfig:
     """Load, merge and validate a config; raise `ConfigError` with a readable reason.
+
+    `for_training=False` (`astuner eval`) skips the notice of keys the
+    backbone never reads: an evaluation reads none of the training keys.
 
     The Python API (`astuner.tune()`) adds two layers: `defaults`, laid under
     the file (its objects' default values), and `arguments`, laid over the
@@ -431,7 +435,7 @@ def load_config(
     unused = compat.unused_on_backbone(
         config._origins.explicit_keys(), config.backbone, config.rollout.engine
     )
-    if unused:
+    if unused and for_training:
         notices.append(f"Not used on backbone '{config.backbone}': {', '.join(unused)}.")
     compat.Notices.emit(notices)
     return config

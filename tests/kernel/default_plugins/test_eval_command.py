@@ -234,6 +234,8 @@ def test_eval_of_a_trained_checkpoint_greedy_and_pass_at_k(trained: Path) -> Non
     checkpoint = checkpoint_of(trained)
     greedy = run_astuner("eval", "--conf", "evalproj.yaml", "--checkpoint", str(checkpoint), cwd=trained)
     assert greedy.returncode == 0, greedy.stderr
+    # the project's training keys (trainer_common, torch) are no news to an evaluation
+    assert "Not used on backbone" not in greedy.stderr
     for label in ("mean reward", "success rate", "pass@1", "eval.jsonl", "eval_summary.json"):
         assert label in greedy.stdout, label
     run = eval_run(trained)

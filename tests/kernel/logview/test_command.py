@@ -58,10 +58,13 @@ def test_handle_serves_until_stopped(record_root: Path) -> None:
 def test_command_serves_until_interrupted(record_root: Path) -> None:
     script = textwrap.dedent(
         """
+        import signal
         import sys
         from astuner.cli import make_app
         from astuner.plugins import Plugins
 
+        # Ctrl-C must arrive even where this test runs as a shell's background job (SIGINT ignored).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         make_app(Plugins(load_entry_points=False))(["logview", sys.argv[1], "--port", "0"])
         """
     )

@@ -70,8 +70,11 @@ def test_keep_logview_serves_the_finished_run_until_interrupted(tmp_path: Path, 
     conf = debug_config(tmp_path, tokenizer_dir, "kept", "calc_agent", TASKS[:2], repeat=2)
     script = textwrap.dedent(
         """
+        import signal
         import sys
         sys.path.insert(0, sys.argv[1])
+        # Ctrl-C must arrive even where this test runs as a shell's background job (SIGINT ignored).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from pathlib import Path
         from logview_records import scripted_plugins
         from astuner.cli import make_app

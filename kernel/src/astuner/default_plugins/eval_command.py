@@ -63,7 +63,7 @@ def evaluate(
     from astuner.evaluation import EvalOptions, run_eval  # the rollout stack: only when evaluating
 
     plugins = Plugins()
-    config = load_config(conf, override or [])
+    config = load_config(conf, override or [], for_training=False)
     plugins.check_conflicts()
     check_plugin_blocks(config, plugins)
     options = EvalOptions(
