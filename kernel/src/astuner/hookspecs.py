@@ -113,7 +113,8 @@ def register_engines(register: Register) -> None:
     The factory is called as `factory(settings, config)` (just `factory(config)`
     without a settings model), since an engine needs the model path and
     lengths from the whole config. It returns a `TokenEngine`
-    (`async generate(prompt_ids, sampling) -> (ids, logprobs, finish_reason)`)
+    (`async generate(prompt_ids, sampling) -> Generation`: ids, logprobs, finish_reason and
+    optionally the policy version)
     or, for text-only remote endpoints, a `ChatEngine`; both are in
     `astuner.rollout.engine`. An engine may have `async aclose()`. Settings
     live under `rollout.engines.<name>`; the engine is chosen by `rollout.engine`.

