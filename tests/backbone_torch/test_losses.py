@@ -9,6 +9,7 @@ from astuner_backbone_torch.losses import (  # noqa: E402
     aggregate,
     kl_penalty,
     ppo_clip_loss,
+    rollout_is_weights,
     step_norm,
     token_logprobs,
 )
@@ -78,3 +79,22 @@ def test_aggregation_does_not_depend_on_how_a_step_is_split(mode) -> None:
         assert torch.allclose(whole, per_seq.sum() / 5)
     with pytest.raises(ValueError, match="token-mean"):
         aggregate(loss, mask, "mean", step_norm([mask]))
+
+
+def test_rollout_is_weights_are_the_ratio_capped_at_the_threshold() -> None:
+    trainer = torch.log(torch.tensor([[0.5, 0.5, 0.5, 0.5]]))
+    engine = torch.log(torch.tensor([[0.5, 0.25, 0.1, 0.5]]))  # ratios 1, 2, 5, 1
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    token = rollout_is_weights(trainer, engine, mask, "token", threshold=3.0)
+    assert torch.allclose(token, torch.tensor([[1.0, 2.0, 3.0, 0.0]]))
+    # sequence: the product over the masked tokens (1 * 2 * 5 = 10), capped, on every masked token
+    sequence = rollout_is_weights(trainer, engine, mask, "sequence", threshold=3.0)
+    assert torch.allclose(sequence, torch.tensor([[3.0, 3.0, 3.0, 0.0]]))
+    assert torch.allclose(
+        rollout_is_weights(trainer, engine, mask, "sequence", threshold=20.0)[0, 0], 10.0 * torch.ones(())
+    )
+    # a very long sequence of large ratios does not overflow
+    huge = rollout_is_weights(
+        torch.zeros(1, 2000), torch.full((1, 2000), -5.0), torch.ones(1, 2000), "sequence"
+    )
+    assert torch.isfinite(huge).all() and torch.allclose(huge, torch.full((1, 2000), 2.0))

@@ -1,5 +1,6 @@
 """Policy updates on the tiny model: the loss falls, merging keeps the gradient, KL starts at zero."""
 
+import math
 from pathlib import Path
 
 import pytest
@@ -388,3 +389,58 @@ def test_the_update_says_where_it_is_once_per_micro_batch(tiny_model_dir: Path) 
         counted = [line["micro_batch"] for line in lines if line["optimizer_step"] == step]
         assert counted == [f"{i}/{len(counted)}" for i in range(1, len(counted) + 1)] and counted
     assert sum(line["tokens"] for line in lines) == metrics["real_tokens"]
+
+
+def engine_off_by(samples: list[Sample], shift: float) -> list[Sample]:
+    """The samples as an engine would return them whose log-probs are `shift` off the trainer's."""
+    return [
+        s.model_copy(
+            update={
+                "old_logprobs": [lp + shift * m for lp, m in zip(s.old_logprobs, s.loss_mask, strict=True)]
+            }
+        )
+        for s in samples
+    ]
+
+
+def test_the_update_reports_how_far_the_engine_is_from_the_trainer(tiny_model_dir: Path) -> None:
+    trainer = make_trainer(tiny_model_dir, lr=1e-2, mini_batch_num=2)
+    samples = engine_off_by(with_old_logprobs(trainer, fixed_batch()), -math.log(4))
+    metrics = trainer.update(samples)
+    # Measured at the weights the update started from (the first optimizer step's samples), so the
+    # gap is the engine's alone and not the first step's change.
+    assert metrics["rollout_logprob_gap"] == pytest.approx(math.log(4), abs=1e-4)
+    assert metrics["rollout_logprob_gap_max"] == pytest.approx(math.log(4), abs=1e-4)
+    assert metrics["rollout_kl"] == pytest.approx(-math.log(4), abs=1e-4)
+    assert "rollout_is_weight" not in metrics
+
+
+def test_truncated_importance_sampling_weights_the_loss_by_the_capped_ratio(tiny_model_dir: Path) -> None:
+    """An engine 4x less likely than the trainer on every token: with rollout_is the gradient is the
+    on-policy one times the cap (2), whatever PPO's clip would have made of the raw ratio."""
+    trainer = make_trainer(tiny_model_dir)
+    on_policy = with_old_logprobs(trainer, fixed_batch())
+    expected = [2.0 * g for g in gradients(trainer, on_policy)]
+    off = engine_off_by(on_policy, -math.log(4))
+    trainer.settings = UpdateSettings(rollout_is="token", rollout_is_threshold=2.0)
+    corrected = gradients(trainer, off)
+    assert any(g.abs().sum() > 0 for g in corrected)
+    for a, b in zip(corrected, expected, strict=True):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
+    # Without it PPO's ratio is taken against the engine: 4 is clipped, so the samples with a
+    # positive advantage teach nothing.
+    trainer.settings = UpdateSettings()
+    positive = [s for s in off if s.advantages[-1] > 0]
+    assert all(float(g.abs().sum()) == 0 for g in gradients(trainer, positive) if g is not None)
+
+
+def test_importance_weights_after_the_first_optimizer_step_use_the_weights_before_it(
+    tiny_model_dir: Path,
+) -> None:
+    trainer = make_trainer(tiny_model_dir, lr=1e-2, mini_batch_num=2, rollout_is="token")
+    samples = with_old_logprobs(trainer, fixed_batch())  # the engine agrees with the trainer exactly
+    metrics = trainer.update(samples)
+    # Had the second optimizer step compared the engine with the weights after the first, the
+    # weights would differ from 1 there.
+    assert metrics["rollout_is_weight"] == pytest.approx(1.0, abs=1e-5)
+    assert metrics["rollout_logprob_gap"] == pytest.approx(0.0, abs=1e-5)

@@ -81,6 +81,7 @@ READ_BY = {
     "trainer_common.ulysses_sequence_parallel_size": ("verl", "trinity"),
     "trainer_common.algorithm.use_kl_in_reward": ("verl",),
     "trainer_common.algorithm.task_norm_patch": (),
+    "trainer_common.algorithm.rollout_correction": ("torch",),
     "rollout.max_num_seqs": ("verl",),
     "rollout.name": ("verl",),
     "rollout.mode": (),

@@ -158,10 +158,24 @@ class TaskJudgeConfig(PluginSection):
     alien_llm_response_length: int = Field(512, ge=1)
 
 
+class RolloutCorrectionConfig(Section):
+    """Correcting for an engine that samples from slightly other numbers than the trainer computes
+    (another dtype, kernels or engine); the names are verl's `algorithm.rollout_correction`."""
+
+    rollout_is: Literal["token", "sequence"] | None = Field(
+        None,
+        description="Truncated importance sampling: weight each token's loss (token) or each sample's "
+        "(sequence) by min(trainer prob / engine prob, rollout_is_threshold). Off: PPO's ratio is taken "
+        "against the engine's log-probs.",
+    )
+    rollout_is_threshold: float = Field(2.0, gt=0, description="The cap of an importance weight.")
+
+
 class AlgorithmConfig(Section):
     adv_estimator: str = "grpo"
     use_kl_in_reward: bool = False
     task_norm_patch: bool = False
+    rollout_correction: RolloutCorrectionConfig = Field(default_factory=RolloutCorrectionConfig)
 
 
 class OptimConfig(Section):

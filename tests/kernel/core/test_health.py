@@ -30,6 +30,11 @@ HEALTHY = {
         ({"train/truncation_rate": 0.5}, "truncation", "50% of the replies"),
         ({"train/prefix_breaks": 9.0, "train/samples_per_episode": 3.5}, "prefix_breaks", "3.5 samples"),
         ({"actor/logprob_gap": 0.4}, "logprob_gap", "0.400"),
+        (
+            {"actor/logprob_gap": 0.4, "actor/rollout_logprob_gap": 0.3, "actor/rollout_kl": 0.2},
+            "rollout_logprob_gap",
+            "by 0.300 on average (estimated KL 0.200)",
+        ),
     ],
 )
 def test_each_check_fires_on_its_threshold_and_says_why(change, check, words):

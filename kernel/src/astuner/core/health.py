@@ -72,10 +72,19 @@ HEALTH_CHECKS: tuple[HealthCheck, ...] = (
     ),
     HealthCheck(
         "logprob_gap",
-        lambda m: _get(m, "logprob_gap") >= 0.1,
+        lambda m: _get(m, "logprob_gap") >= 0.1 and "rollout_logprob_gap" not in m,
         "the trainer's log-probs differ from the engine's on the same tokens by {logprob_gap:.3f} on "
         "average: the engine samples from other weights or another dtype than the trainer trains, so "
         "the update is off-policy. Check the weight sync and the dtypes of engine and trainer.",
+    ),
+    HealthCheck(
+        "rollout_logprob_gap",
+        lambda m: _get(m, "rollout_logprob_gap") >= 0.1,
+        "before the update, the trainer's log-probs differ from the engine's on the same tokens by "
+        "{rollout_logprob_gap:.3f} on average (estimated KL {rollout_kl:.3f}): the engine samples from "
+        "other weights or another dtype than the trainer trains, so the update is off-policy. Check "
+        "the weight sync (each call's policy_version) and the dtypes of engine and trainer, or "
+        "correct for it with trainer_common.algorithm.rollout_correction.rollout_is.",
     ),
 )
 

@@ -17,6 +17,7 @@ names to these functions.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -134,6 +135,29 @@ def ppo_clip_loss(
     clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     loss = torch.maximum(unclipped, clipped)
     return loss, (clipped > unclipped).float()
+
+
+def rollout_is_weights(
+    trainer_logprobs: torch.Tensor,
+    engine_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    level: str = "token",
+    threshold: float = 2.0,
+) -> torch.Tensor:
+    """Truncated importance weights `min(pi_trainer / pi_engine, threshold)` of sampled tokens.
+
+    trainer_logprobs, engine_logprobs, mask: `(B, T)`. `level="token"`
+    weighs each token by its own ratio; `level="sequence"` weighs every
+    token of a row by the product of the ratios over its masked tokens.
+    Returns `(B, T)` float32 without gradient (0 where the mask is 0).
+    """
+    log_ratio = (trainer_logprobs.detach().float() - engine_logprobs.float()) * mask
+    if level == "sequence":
+        log_ratio = log_ratio.sum(dim=-1, keepdim=True).expand_as(mask)
+    elif level != "token":
+        raise ValueError(f"unknown rollout_is level '{level}': token or sequence")
+    # min(exp(x), C) as exp(min(x, log C)): no overflow for a sequence of large ratios
+    return log_ratio.clamp(max=math.log(threshold)).exp() * mask
 
 
 class _ChunkedTokenLogprobs(torch.autograd.Function):

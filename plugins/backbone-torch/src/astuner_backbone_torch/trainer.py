@@ -47,6 +47,7 @@ from astuner_backbone_torch.losses import (
     aggregate,
     kl_penalty,
     ppo_clip_loss,
+    rollout_is_weights,
     token_logprobs,
     token_nll,
 )
@@ -77,6 +78,8 @@ class UpdateSettings:
     skip_zero_advantage: bool = True
     max_nonfinite_updates: int = 3
     share_prompt_prefix: bool = True
+    rollout_is: str | None = None
+    rollout_is_threshold: float = 2.0
 
     @classmethod
     def from_config(
@@ -88,6 +91,7 @@ class UpdateSettings:
         share_prompt_prefix: bool = True,
     ) -> UpdateSettings:
         t = config.trainer_common
+        correction = t.algorithm.rollout_correction
         return cls(
             lr=t.optim.lr,
             weight_decay=t.optim.weight_decay,
@@ -107,6 +111,8 @@ class UpdateSettings:
             skip_zero_advantage=skip_zero_advantage,
             max_nonfinite_updates=max_nonfinite_updates,
             share_prompt_prefix=share_prompt_prefix,
+            rollout_is=correction.rollout_is,
+            rollout_is_threshold=correction.rollout_is_threshold,
         )
 
 
@@ -124,6 +130,35 @@ class _Totals:
 
     def means(self) -> dict[str, float]:
         return {name: total / self.tokens if self.tokens else 0.0 for name, total in self.sums.items()}
+
+
+class _Mismatch:
+    """How far the engine's log-probs are from the trainer's, on the same sampled tokens, at the
+    weights the update started from (both should be the same policy)."""
+
+    def __init__(self) -> None:
+        self.tokens = 0.0
+        self.abs_gap = 0.0
+        self.max_gap = 0.0
+        self.kl = 0.0
+
+    def add(self, trainer: torch.Tensor, engine: torch.Tensor, mask: torch.Tensor) -> None:
+        gap = (engine - trainer) * mask
+        self.tokens += float(mask.sum())
+        self.abs_gap += float(gap.abs().sum())
+        self.max_gap = max(self.max_gap, float(gap.abs().max())) if gap.numel() else self.max_gap
+        # The tokens were drawn from the engine: the mean of log(p_engine / p_trainer) estimates
+        # KL(engine || trainer).
+        self.kl += float(gap.sum())
+
+    def metrics(self) -> dict[str, float]:
+        if not self.tokens:
+            return {}
+        return {
+            "rollout_logprob_gap": self.abs_gap / self.tokens,
+            "rollout_logprob_gap_max": self.max_gap,
+            "rollout_kl": self.kl / self.tokens,
+        }
 
 
 class PolicyTrainer:
@@ -200,20 +235,38 @@ class PolicyTrainer:
         return self._prefix_models[id(model)]
 
     def loss(
-        self, batch: MicroBatch, norm: StepNorm, ref_logprobs: torch.Tensor | None = None
+        self,
+        batch: MicroBatch,
+        norm: StepNorm,
+        ref_logprobs: torch.Tensor | None = None,
+        before_update: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """This micro-batch's share of the step loss, and per-token statistics `(B, L-1)`."""
+        """This micro-batch's share of the step loss, and per-token statistics `(B, L-1)`
+        (`trainer_logprobs` among them: the batch's log-probs, detached).
+
+        With `rollout_correction.rollout_is`, PPO's ratio is taken against the trainer's log-probs
+        at the start of the update and each token's loss is weighted by the truncated ratio of
+        those to the engine's (`losses.rollout_is_weights`). `before_update`: the trainer's
+        log-probs of the batch at the weights the update started from, when this optimizer step is
+        not the first of the update (else they are computed here).
+        """
         s = self.settings
         logprobs, entropy = self.logprobs(self.policy.model, batch)
-        old = batch.old_logprobs if batch.old_logprobs is not None else logprobs.detach()
+        engine = batch.old_logprobs
+        old = engine if engine is not None else logprobs.detach()
+        if s.rollout_is and engine is not None:
+            # PPO's ratio against the trainer's own numbers; the engine's are corrected for by weight.
+            old = before_update if before_update is not None else logprobs.detach()
         pg, clipped = ppo_clip_loss(logprobs, old, batch.advantages, s.clip_low, s.clip_high)
+        stats = {"clip_frac": clipped, "entropy": entropy, "logprob_gap": (logprobs - old).abs()}
+        if s.rollout_is and engine is not None:
+            weights = rollout_is_weights(old, engine, batch.mask, s.rollout_is, s.rollout_is_threshold)
+            pg = pg * weights
+            stats["rollout_is_weight"] = weights
+            stats["rollout_is_capped_frac"] = (weights >= s.rollout_is_threshold * (1 - 1e-6)).float()
+        stats["pg_loss"] = pg
+        stats["trainer_logprobs"] = logprobs.detach()
         loss = aggregate(pg, batch.mask, s.loss_agg_mode, norm)
-        stats = {
-            "pg_loss": pg,
-            "clip_frac": clipped,
-            "entropy": entropy,
-            "logprob_gap": (logprobs - old).abs(),
-        }
         if ref_logprobs is not None:
             kl = kl_penalty(logprobs, ref_logprobs, s.kl_loss_type)
             loss = loss + s.kl_loss_coef * aggregate(kl, batch.mask, s.loss_agg_mode, norm)
@@ -242,7 +295,7 @@ class PolicyTrainer:
         """
         s = self.settings
         model = self.policy.model
-        totals = _Totals()
+        totals, mismatch = _Totals(), _Mismatch()
         metrics: dict[str, float] = dict.fromkeys(
             ("loss", "micro_batches", "padded_tokens", "real_tokens", "skipped_samples", "skipped_updates"),
             0.0,
@@ -250,14 +303,21 @@ class PolicyTrainer:
         grad_norms: list[float] = []
         model.train()
         share = s.share_prompt_prefix and self._shares_prefix(model)
-        parts = _split(list(samples), s.mini_batch_num)
-        began = time.perf_counter()
-        for number, part in enumerate(parts, 1):
-            norm = sample_norm(part)
+        parts = []
+        for part in _split(list(samples), s.mini_batch_num):
             carrying = [x for x in part if objective == "likelihood" or self._carries_gradient(x)]
             metrics["skipped_samples"] += len(part) - len(carrying)
-            self.optimizer.zero_grad(set_to_none=True)
             batches = make_micro_batches(carrying, s.max_tokens, self.pad_id, share_prefix=share)
+            parts.append((sample_norm(part), batches))
+        # Importance weights compare the engine with the weights the update started from; optimizer
+        # steps after the first need those log-probs computed before the first.
+        needs_before = objective == "policy_gradient" and s.rollout_is is not None and len(parts) > 1
+        before = (
+            [[self._logprobs_before(b) for b in batches] for _, batches in parts[1:]] if needs_before else []
+        )
+        began = time.perf_counter()
+        for number, (norm, batches) in enumerate(parts, 1):
+            self.optimizer.zero_grad(set_to_none=True)
             for index, batch in enumerate(batches, 1):
                 _progress(index, len(batches), number, len(parts), batch.real_tokens, began)
                 batch = batch.to(self.policy.device)
@@ -265,7 +325,12 @@ class PolicyTrainer:
                     loss, stats = self.likelihood_loss(batch, norm)
                 else:
                     ref = self.reference_logprobs(batch) if s.use_kl_loss else None
-                    loss, stats = self.loss(batch, norm, ref)
+                    at_start = before[number - 2][index - 1] if number > 1 and before else None
+                    loss, stats = self.loss(batch, norm, ref, at_start)
+                    trainer_now = stats.pop("trainer_logprobs")
+                    trainer_at_start = trainer_now if number == 1 else at_start
+                    if batch.old_logprobs is not None and trainer_at_start is not None:
+                        mismatch.add(trainer_at_start, batch.old_logprobs, batch.mask)
                 loss.backward()
                 totals.add(batch.mask, **stats)
                 metrics["loss"] += float(loss.detach())
@@ -292,7 +357,12 @@ class PolicyTrainer:
         metrics["grad_norm"] = max(grad_norms) if grad_norms else 0.0
         metrics["tokens_trained"] = sum(sum(x.loss_mask[1:]) for x in samples)
         metrics.update(totals.means())
+        metrics.update(mismatch.metrics())
         return metrics
+
+    @torch.no_grad()
+    def _logprobs_before(self, batch: MicroBatch) -> torch.Tensor:
+        return self.logprobs(self.policy.model, batch.to(self.policy.device))[0]
 
     def _skip_nonfinite_update(self, grad_norm: float) -> None:
         """Drop this optimizer step's gradient; stop the run after too many in a row."""
