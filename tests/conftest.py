@@ -56,33 +56,10 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     For mechanics only: its outputs are noise, but every code path (batched
     generate, log-probs, training, checkpoints) runs for real in seconds.
     """
-    torch = pytest.importorskip("torch")
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    pytest.importorskip("torch")
+    from astuner.testing.models import save_tiny_qwen2
 
-    from astuner.testing.tokenizers import qwen25_tokenizer
-
-    tokenizer = qwen25_tokenizer()
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-        pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
-        bos_token_id=None,
-    )
-    model = Qwen2ForCausalLM(config)
-    model.generation_config.eos_token_id = config.eos_token_id
-    model.generation_config.pad_token_id = config.pad_token_id
-    folder = tmp_path_factory.mktemp("tiny-model")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_tiny_qwen2(tmp_path_factory.mktemp("tiny-model"))
 
 
 @pytest.fixture(scope="session")

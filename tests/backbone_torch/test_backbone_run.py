@@ -107,15 +107,22 @@ def test_a_run_leaves_metrics_tensorboard_rollouts_and_loadable_checkpoints(base
         "actor/grad_norm",
         "actor/entropy",
         "actor/tokens_trained",
+        "actor/rollout_logprob_gap",
+        "actor/rollout_kl",
         "timing/rollout_s",
         "timing/update_s",
+        "timing/sync_s",
     ):
         assert key in records[0], key
     assert records[0]["train/merge_ratio"] > 1  # two calls per episode, merged into one sample
+    assert records[0]["actor/rollout_logprob_gap"] < 1e-3  # the engine is the policy itself
     assert "val/reward_mean" in records[1] and "val/pass@1" in records[1]
     assert list((base_run / "tensorboard").glob("events.out.tfevents.*"))
     for step in range(1, STEPS + 1):
-        assert len(read_trajectories(base_run / "rollouts" / f"step_{step}.jsonl")) == 6
+        trajectories = read_trajectories(base_run / "rollouts" / f"step_{step}.jsonl")
+        assert len(trajectories) == 6
+        # sampled by the weights after step - 1 updates
+        assert {c.policy_version for t in trajectories for c in t.calls} == {step - 1}
     assert sorted(p.name for p in (base_run / "checkpoints").iterdir()) == ["step_1", "step_2"]
     model = AutoModelForCausalLM.from_pretrained(base_run / "checkpoints" / "step_2")
     trained = weights(base_run / "checkpoints" / "step_2")
@@ -170,6 +177,8 @@ def test_killed_run_resumes_to_the_same_weights_bit_for_bit(
     resumed = next(p for p in run_folders(tmp_path, "killed") if p != killed)
     records = [json.loads(line) for line in (resumed / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [2]
+    step_2 = read_trajectories(resumed / "rollouts" / "step_2.jsonl")
+    assert {c.policy_version for t in step_2 for c in t.calls} == {1}  # the checkpoint's weights
     expected = weights(base_run / "checkpoints" / "step_2")
     got = weights(resumed / "checkpoints" / "step_2")
     assert expected.keys() == got.keys()

@@ -51,6 +51,11 @@ from astuner_backbone_torch.policy import Policy
 from astuner_backbone_torch.settings import TorchSettings
 from astuner_backbone_torch.trainer import PolicyTrainer, UpdateSettings
 from astuner_backbone_torch.validation import validate
+from astuner_backbone_torch.vllm_rollout import VllmRollout
+
+# What backbone `torch` can roll out on (`rollout.engine`); auto is the in-process policy.
+ROLLOUT_ENGINES = ("auto", "transformers", "vllm")
+RolloutEngine = TransformersEngine | VllmRollout
 
 # The seeds' name for trajectory-level GRPO broadcast over every call of an
 # episode; the prefix merge makes such an episode one sample, so it is `grpo`.
@@ -102,12 +107,14 @@ class TorchBackbone:
         config, experiment, settings = ctx.config, ctx.experiment, self.settings
         t = config.trainer_common
         log = get_logger(backbone="torch")
-        if config.rollout.engine not in ("auto", "transformers"):
+        if config.rollout.engine not in ROLLOUT_ENGINES:
             raise ConfigError(
-                f"rollout.engine is '{config.rollout.engine}', but backbone 'torch' generates with the "
-                "policy it trains (engine 'transformers'). Set rollout.engine to auto or transformers, "
-                "or pick a backbone that uses an external engine (verl, trinity)."
+                f"rollout.engine is '{config.rollout.engine}', but backbone 'torch' rolls out with the "
+                "policy it trains, in this process (auto, transformers) or on a vLLM server it keeps in "
+                "step with the policy (vllm). Set rollout.engine to one of those, or pick a backbone "
+                "that runs other engines (verl, trinity)."
             )
+        on_vllm = config.rollout.engine == "vllm"
         estimator = estimator_name(config)
         quiet_transformers()
         if settings.num_threads:
@@ -127,7 +134,11 @@ class TorchBackbone:
         seed_everything(t.seed)
         use_kl = t.use_kl_loss and t.kl_loss_coef > 0
         policy = Policy.load(
-            config, settings, need_reference=use_kl, weights=checkpoint.path if checkpoint else None
+            config,
+            settings,
+            need_reference=use_kl,
+            weights=checkpoint.path if checkpoint else None,
+            need_generator=not on_vllm,
         )
         update_settings = UpdateSettings.from_config(
             config,
@@ -143,9 +154,7 @@ class TorchBackbone:
         if checkpoint is not None:
             start = self._restore(checkpoint, trainer, stream)
             log.info("resumed", checkpoint=str(checkpoint.path), step=start)
-        engine_reg = ctx.plugins.get("engine", "transformers")
-        engine = TransformersEngine(policy.generator, plugin_settings(config, engine_reg))
-        engine.tokenizer_path = resolve_model_dir(config.model.path)
+        engine = await self._rollout_engine(ctx, policy, start)
         tensorboard = experiment.path / "tensorboard" if "tensorboard" in t.logger else None
         metrics_log = MetricsLog(experiment.metrics_file, tensorboard)
         sampling = sampling_from_config(config)
@@ -160,18 +169,25 @@ class TorchBackbone:
                 for step in range(start + 1, total + 1):
                     began = time.perf_counter()
                     tasks = stream.next_batch()
-                    prompt_tokens = engine.prompt_tokens()
+                    in_process = isinstance(engine, TransformersEngine)
+                    prompt_tokens = engine.prompt_tokens() if in_process else (0, 0)
                     trajectories = await runner.run(
                         tasks, sampling, config.rollout.num_repeat, tag=f"step{step}"
                     )
                     append_trajectories(experiment.rollouts / f"step_{step}.jsonl", trajectories)
                     rolled = time.perf_counter()
-                    reuse = engine.prompt_reuse_since(prompt_tokens)
+                    if isinstance(engine, VllmRollout):  # a dead server stops the run, not every rollout
+                        await engine.check_alive()
                     metrics = self._update(runner, trainer, engine, trajectories, estimator, config)
-                    metrics["rollout/prompt_tokens_reused_frac"] = reuse
+                    if in_process:
+                        reuse = engine.prompt_reuse_since(prompt_tokens)
+                        metrics["rollout/prompt_tokens_reused_frac"] = reuse
+                    trained = time.perf_counter()
+                    await engine.weights_updated(step)
                     updated = time.perf_counter()
                     metrics["timing/rollout_s"] = rolled - began
-                    metrics["timing/update_s"] = updated - rolled
+                    metrics["timing/update_s"] = trained - rolled
+                    metrics["timing/sync_s"] = updated - trained
                     if val_tasks and step % t.test_freq == 0:
                         val_metrics, _ = await validate(runner, val_tasks, config, experiment, step)
                         metrics.update(val_metrics)
@@ -188,11 +204,24 @@ class TorchBackbone:
             metrics_log.close()
             await engine.aclose()
 
+    async def _rollout_engine(self, ctx: RunContext, policy: Policy, start: int) -> RolloutEngine:
+        """The engine rollouts run on, serving the weights of update `start` (0: the initial ones)."""
+        config = ctx.config
+        if config.rollout.engine == "vllm":
+            engine: RolloutEngine = VllmRollout.start(config, ctx.plugins, policy, ctx.experiment.path)
+        else:
+            engine_reg = ctx.plugins.get("engine", "transformers")
+            engine = TransformersEngine(policy.generator, plugin_settings(config, engine_reg))
+            engine.tokenizer_path = resolve_model_dir(config.model.path)
+        if start:
+            await engine.weights_updated(start)
+        return engine
+
     def _update(
         self,
         runner: RolloutRunner,
         trainer: PolicyTrainer,
-        engine: TransformersEngine,
+        engine: RolloutEngine,
         trajectories: list[Trajectory],
         estimator: str,
         config: AstunerConfig,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -69,9 +70,10 @@ class _Request:
     sampling: SamplingParams
     future: asyncio.Future[Generation] = field(repr=False)
 
-    def answer(self, row: DecodedRow) -> None:
-        """Resolve the request with `row` (from any thread, on the request's own event loop)."""
-        self._on_loop(_resolve, Generation(row.token_ids, row.logprobs, row.finish_reason))
+    def answer(self, row: DecodedRow, version: int | None = None) -> None:
+        """Resolve the request with `row`, sampled by weights `version` (from any thread, on the
+        request's own event loop)."""
+        self._on_loop(_resolve, Generation(row.token_ids, row.logprobs, row.finish_reason, version))
 
     def fail(self, exc: Exception) -> None:
         self._on_loop(_fail, exc)
@@ -116,6 +118,8 @@ class TransformersEngine:
         self.prefixes: PrefixStore | None = PrefixStore(tokens) if tokens else None
         self.batches_run = 0
         self.tokenizer_path: str | None = None
+        # Policy updates applied to the weights so far; a trainer sets it after each (see `weights_updated`).
+        self.policy_version = 0
 
     @classmethod
     def from_config(cls, settings: TransformersEngineSettings, config: AstunerConfig) -> TransformersEngine:
@@ -140,6 +144,10 @@ class TransformersEngine:
             finally:
                 if self.prefixes is not None:
                     self.prefixes.clear()
+
+    async def weights_updated(self, version: int) -> None:
+        """The trainer changed the weights in place (they are shared): later batches are `version`."""
+        self.policy_version = version
 
     def prompt_tokens(self) -> tuple[int, int]:
         """Prompt tokens asked for and actually run so far (both 0 without a prefix store)."""
@@ -207,6 +215,7 @@ class TransformersEngine:
         self.batches_run += 1
         try:
             with self.weights_lock:
+                version = self.policy_version
                 running = RunningBatch(self.model, sampler, self.pad_id, self.prefixes)
                 joining = batch
                 while joining or running:
@@ -216,7 +225,7 @@ class TransformersEngine:
                             [r.prompt_ids for r in joining],
                             [r.sampling.max_tokens for r in joining],
                             [eos | frozenset(r.sampling.stop_token_ids) for r in joining],
-                            [r.answer for r in joining],
+                            [functools.partial(r.answer, version=version) for r in joining],
                         )
                     running.step()
                     room = self.settings.max_batch_size - len(running)

@@ -3,9 +3,10 @@
 - The **policy** holds float32 master weights (optionally wrapped with LoRA
   adapters by peft); forward/backward run under autocast in `train_dtype`.
 - The **rollout copy** is what the engine generates with: a bfloat16 copy
-  where bfloat16 matmuls are fast, synced from the policy after every
-  update; or the policy itself when both dtypes are float32 (the default
-  on CPUs without AMX).
+  where bfloat16 decodes faster (GPUs; CPUs where `dtype_probe` measured
+  it), synced from the policy after every update; or the policy itself
+  when both dtypes are float32. With rollouts on a vLLM server there is no
+  copy: the server holds it.
 - The **reference** (only when a KL loss is used) is the initial model:
   a frozen copy, or, with LoRA, the policy with its adapters switched off.
 """
@@ -23,6 +24,7 @@ import torch
 
 from astuner.config import AstunerConfig
 from astuner.errors import AstunerError, ConfigError
+from astuner_backbone_torch.dtype_probe import fastest_cpu_dtype
 from astuner_backbone_torch.models import resolve_model_dir
 from astuner_backbone_torch.settings import DType, TorchSettings
 
@@ -45,6 +47,16 @@ def native_bf16(device: torch.device) -> bool:
     if device.type == "cpu":
         return bool(torch.cpu._is_amx_tile_supported())
     return False
+
+
+def generation_dtype(name: DType, device: torch.device, model: Any) -> torch.dtype:
+    """The rollout copy's dtype: as set, else bfloat16 on a GPU that has it, else on a CPU whichever
+    decodes `model` faster there (`dtype_probe`, measured once per machine)."""
+    if name != "auto":
+        return getattr(torch, name)
+    if device.type == "cpu":
+        return fastest_cpu_dtype(model)
+    return resolve_dtype(name, device)
 
 
 def resolve_dtype(name: DType, device: torch.device) -> torch.dtype:
@@ -73,25 +85,30 @@ class Policy:
         *,
         need_reference: bool,
         weights: Path | None = None,
+        need_generator: bool = True,
     ) -> Policy:
-        """Build the models from `model.path`, or from a checkpoint folder `weights` when resuming."""
+        """Build the models from `model.path`, or from a checkpoint folder `weights` when resuming.
+
+        `need_generator=False` (rollouts on a server) makes no rollout copy: `generator` is the policy.
+        """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         device = pick_device(settings.device)
         train_dtype = resolve_dtype(settings.train_dtype, device)
-        gen_dtype = resolve_dtype(settings.gen_dtype, device)
         base_dir = resolve_model_dir(config.model.path)
         lora = config.model.lora.rank > 0
         source = base_dir if (weights is None or lora) else str(weights)
         with _naming(source):
             model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+        gen_dtype = generation_dtype(settings.gen_dtype, device, model) if need_generator else torch.float32
         if lora:
             with _naming(weights or base_dir):
                 model = _with_lora(model, config, weights)
         model.to(device)
         if settings.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        generator = model if gen_dtype == torch.float32 else copy.deepcopy(model).to(gen_dtype)
+        copies = need_generator and gen_dtype != torch.float32
+        generator = copy.deepcopy(model).to(gen_dtype) if copies else model
         generator.eval()
         reference = None
         if need_reference and not lora:

@@ -48,7 +48,8 @@ class TorchSettings(BaseModel):
     gen_dtype: DType = Field(
         "auto",
         description="dtype of the rollout copy of the policy, synced after every update. "
-        "float32 with train_dtype float32 shares the training weights (no copy).",
+        "float32 with train_dtype float32 shares the training weights (no copy). auto: bfloat16 on a "
+        "GPU; on a CPU whichever decodes this model faster, measured once per machine and cached.",
     )
     num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default all cores.")
     logprob_chunk: int = Field(1024, ge=1, description="Positions per chunk of the log-prob computation.")
