@@ -130,3 +130,14 @@ def test_decoding_warns_nothing(model) -> None:
         warnings.simplefilter("always")
         _decode(model, PROMPTS, [3, 3, 3, 3])  # transformers 5.24 warned on every call of past_key_values=
     assert [str(w.message) for w in caught] == []
+
+
+def test_sampling_follows_the_distribution_and_never_picks_a_filtered_token() -> None:
+    from astuner_backbone_torch.decoding import inverse_cdf_sample
+
+    torch.manual_seed(0)
+    weights = torch.tensor([0.5, 0.0, 0.2, 0.15, 0.1, 0.05, 0.0]) * 3.0  # unnormalised, zeros inside
+    tokens = inverse_cdf_sample(weights.expand(40_000, -1).contiguous())
+    counts = torch.bincount(tokens, minlength=7).float() / 40_000
+    assert counts[1] == 0 and counts[6] == 0
+    assert torch.allclose(counts, weights / weights.sum(), atol=0.01)

@@ -44,9 +44,24 @@ class Sampler:
         if self.greedy:
             tokens = scaled.argmax(dim=-1)
         else:
-            probs = filtered_probs(logprobs, self.top_p, self.top_k)
-            tokens = torch.multinomial(probs, 1)[:, 0]
+            tokens = inverse_cdf_sample(filtered_probs(logprobs, self.top_p, self.top_k))
         return tokens, logprobs.gather(1, tokens[:, None])[:, 0]
+
+
+def inverse_cdf_sample(probs: torch.Tensor) -> torch.Tensor:
+    """One token per row `(B,)` from unnormalised probabilities `(B, V)`, with one uniform draw a row.
+
+    `torch.multinomial` draws an exponential variate for every vocabulary entry: on a CPU, 26 ms
+    of a 115 ms decoding step for 32 rows of SmolLM2's 49k tokens; this takes about 1 ms. A token
+    of probability 0 is never picked (its cumulative sum equals its predecessor's).
+    """
+    cdf = probs.cumsum(dim=-1)
+    draw = torch.rand(probs.shape[0], 1, dtype=cdf.dtype, device=cdf.device) * cdf[:, -1:]
+    tokens = torch.searchsorted(cdf, draw, right=True)[:, 0]
+    beyond = tokens >= probs.shape[-1]
+    if bool(beyond.any()):  # float rounding put a draw at the very top: the most likely token then
+        tokens = torch.where(beyond, probs.argmax(dim=-1), tokens)
+    return tokens
 
 
 def filtered_probs(logprobs: torch.Tensor, top_p: float, top_k: int) -> torch.Tensor:
