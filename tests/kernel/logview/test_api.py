@@ -141,6 +141,7 @@ def test_trajectory_view_has_the_training_tokens(serve, record_root: Path, calc_
     first, second = view["turns"]
     assert [m["role"] for m in first["messages"]] == ["system", "user"]
     assert first["response"]["tool_calls"][0]["name"] == "calculate"
+    assert first["response"]["policy_version"] is None  # the scripted engine has no weights
     assert [m["role"] for m in second["messages"]] == ["tool"]
     assert second["messages"][0]["content"] == "5"
     assert view["tokenizer"]["error"] is None

@@ -145,6 +145,7 @@ def _response(call: LLMCall) -> dict[str, Any]:
         "tool_call_errors": [e.model_dump() for e in call.tool_call_errors],
         "tool_parse_error": call.tool_parse_error,
         "finish_reason": call.finish_reason,
+        "policy_version": call.policy_version,
         "trainable": call.trainable,
         "madness": call.madness,
         "prompt_tokens": len(call.prompt_ids),

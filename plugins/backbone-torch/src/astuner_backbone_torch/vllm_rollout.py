@@ -74,9 +74,16 @@ class VllmRollout:
         model_dir = resolve_model_dir(config.model.path)
         folder = run_folder / "vllm_weights"
         served = model_dir
-        if not policy.lora:
+        attached = (settings.url or config.rollout.engine_url) is not None
+        if not policy.lora and not attached:
             served = str(folder / "weights-v0")
             save_for_vllm(policy.model, Path(served), tokenizer_dir=Path(model_dir))
+        elif not policy.lora and policy.model.config.tie_word_embeddings:
+            get_logger().warning(
+                "vllm server attached: its reload leaves a tied output layer at the old weights (see "
+                "vllm_rollout.save_for_vllm); start it from a folder that save_for_vllm wrote, or let "
+                "astuner start it (no rollout.engine_url)"
+            )
         engine = VllmEngine(settings, config, server_args=args, server_env=env, model_dir=served)
         engine.serve_as(engine.model, 0)
         return cls(engine, policy, folder, model_dir)

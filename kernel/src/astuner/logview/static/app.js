@@ -314,6 +314,7 @@ function renderConversation(view) {
     const brk = breaks.get(turn.call);
     const head = el("div", { class: "turn-head" },
       `call ${turn.call} · ${turn.agent} · ${r.prompt_tokens} prompt + ${r.response_tokens} generated tokens · ${r.finish_reason}` +
+      (r.policy_version == null ? "" : ` · policy v${r.policy_version}`) +
       (r.trainable ? "" : " · not trained") + (turn.tools.length ? ` · tools: ${turn.tools.join(", ")}` : ""),
       brk && el("span", { class: "flag break", title: brk.note, text: `new sample: ${brk.reason}` }));
     const reply = el("div", { class: "message role-assistant generated" }, el("div", { class: "role", text: "assistant (generated)" }));
