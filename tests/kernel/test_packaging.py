@@ -35,6 +35,7 @@ OPTIONAL = {
     "openai": "extra 'openai': the openai engine and ModelTuner.openai_client() import it when used",
     "ray": "rollout.executor: ray only (ray_executor.py); installed with Ray clusters, not by the kernel",
     "peft": "only to merge a LoRA checkpoint (checkpoint_model.py), which needs astuner-backbone-torch",
+    "torch": "astuner.testing.models only: random models for tests, built where torch is installed",
 }
 
 # Declared distribution -> why nothing in the kernel imports it.

@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("vllm")
 import yaml
-from conftest import SMOLLM2
+from servers import SMOLLM2
 
 torch = pytest.importorskip("torch")
 

@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import attach, start_engine
+
+pytest.importorskip("vllm")
+from servers import attach, start_engine
 
 from astuner.config import load_config
 from astuner.core.tokenizer import load_tokenizer

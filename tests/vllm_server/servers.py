@@ -1,0 +1,27 @@
+"""Starting and reaching test vLLM servers (imported by the tests and their conftest)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from astuner.config import load_config
+from astuner.default_plugins.vllm_engine import VllmEngine, VllmEngineSettings
+
+SMOLLM2 = "builtin:smollm2-135m-instruct"
+
+
+def start_engine(model_dir: str | Path, log: Path, env: dict[str, str], **settings: object) -> VllmEngine:
+    """A `vllm` engine that starts its own server on `model_dir` (the test stops it)."""
+    config = load_config(None, ["rollout.max_model_len=2048"], environ={})
+    return VllmEngine(
+        VllmEngineSettings(**{"log_file": str(log), "startup_timeout": 600, **settings}),
+        config,
+        model_dir=str(model_dir),
+        server_env=env,
+    )
+
+
+def attach(url: str, model: str) -> VllmEngine:
+    """An engine on a running server (one per test: its HTTP client belongs to the test's loop)."""
+    config = load_config(None, [f"rollout.engine_url={url}", "rollout.max_model_len=2048"], environ={})
+    return VllmEngine(VllmEngineSettings(model=model), config)
