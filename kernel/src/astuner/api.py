@@ -62,11 +62,13 @@ from astuner.protocols import (
     ProvidesGymEnvs,
     ReportsReadiness,
     RunContext,
+    ServesAdapters,
     Split,
     TaskReader,
 )
 from astuner.ray_cluster import ray_head_for_run, require_gpus
 from astuner.record import ExperimentDir, append_lines, append_trajectories, read_trajectories
+from astuner.rollout.agents import AgentPlan, agent_plan
 from astuner.rollout.engine import (
     ChatEngine,
     ChatReply,
@@ -131,6 +133,7 @@ __all__ = [  # noqa: RUF022
     "FindsCheckpoints",
     "ProvidesGymEnvs",
     "ReportsReadiness",
+    "ServesAdapters",
     # tasks, workflows and judging
     "JudgeOutput",
     "ModelTuner",
@@ -138,6 +141,9 @@ __all__ = [  # noqa: RUF022
     "Workflow",
     "WorkflowOutput",
     "WorkflowTask",
+    # multi-agent workflows: which agents train, and their adapters
+    "AgentPlan",
+    "agent_plan",
     # trajectories and samples
     "LLMCall",
     "MergeReport",

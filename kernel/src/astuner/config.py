@@ -28,6 +28,7 @@ from astuner.config_errors import explain_validation_error
 from astuner.config_origins import ENV_PREFIX, PASSTHROUGH_BLOCKS, ConfigOrigins, Layer
 from astuner.config_sections import (
     AUXILIARY_NAME,
+    AgentConfig,
     AuxiliaryModelConfig,
     ContextTrackerConfig,
     DataConfig,
@@ -71,6 +72,11 @@ class AstunerConfig(BaseSettings):
         default_factory=dict,
         description="Named models the workflow and judge call, never trained (judges, other agents).",
     )
+    agents: dict[str, AgentConfig] = Field(
+        default_factory=dict,
+        description="Per-agent settings by agent name (a role of a multi-agent workflow): "
+        "{wolf: {lora: {rank: 8}}} gives agent wolf an adapter of its own.",
+    )
     notify: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description="Notifiers told once when the run ends, by name, with their settings "
@@ -90,14 +96,14 @@ class AstunerConfig(BaseSettings):
         # tutorials' spellings; validation must not read it a second time, untranslated.
         return (init_settings,)
 
-    @field_validator("auxiliary_models")
+    @field_validator("auxiliary_models", "agents")
     @classmethod
-    def _auxiliary_names(cls, value: dict[str, AuxiliaryModelConfig]) -> dict[str, AuxiliaryModelConfig]:
-        # A name is part of gateway URLs and of `-o auxiliary_models.NAME.key=...` overrides.
+    def _names(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # A name is part of gateway URLs, adapter folders and `-o agents.NAME.key=...` overrides.
         bad = [name for name in value if not AUXILIARY_NAME.fullmatch(name)]
         if bad:
             raise ValueError(
-                f"auxiliary model name(s) {', '.join(map(repr, bad))} must start with a letter or _ and "
+                f"name(s) {', '.join(map(repr, bad))} must start with a letter or _ and "
                 "hold only letters, digits, _ and -"
             )
         return value

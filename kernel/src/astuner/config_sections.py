@@ -34,6 +34,27 @@ class LoraConfig(Section):
     )
 
 
+class AgentLoraConfig(LoraConfig):
+    """`agents.<name>.lora`: one agent's own LoRA adapter on the shared, frozen base model."""
+
+    rank: int = Field(8, ge=1, description="LoRA rank of this agent's adapter.")
+    path: str | None = Field(
+        None,
+        description="A saved adapter folder: where this agent's adapter starts when it trains, or the "
+        "fixed adapter it generates with when it is not in trainable_targets.",
+    )
+
+
+class AgentConfig(Section):
+    """One entry of `agents`: how one agent (a role of a multi-agent workflow) generates and trains."""
+
+    lora: AgentLoraConfig | None = Field(
+        None,
+        description="Give this agent an adapter of its own (backbone torch): its calls generate with it "
+        "and, when it trains, update only it.",
+    )
+
+
 class ModelConfig(Section):
     path: str = Field(
         "builtin:smollm2-135m-instruct",
@@ -106,6 +127,11 @@ class RolloutConfig(Section):
     )
     rollout_timeout: float = Field(1800.0, gt=0, description="Seconds before a rollout is cut.")
     gamma: float = Field(1.0, ge=0, le=1)
+    trainable_targets: list[str] = Field(
+        default_factory=list,
+        description="Agents whose calls train; empty: the workflow's trainable_targets (empty there too: "
+        "every agent, or, with agents.<name>.lora, every agent that has an adapter).",
+    )
     compute_madness_checklist: list[str] = Field(default_factory=lambda: ["nonsense"])
     madness: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Check settings.")
     agent_madness_termination: bool = True

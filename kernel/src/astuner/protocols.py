@@ -134,3 +134,17 @@ class ReportsReadiness(Protocol):
     """
 
     def astuner_readiness(self) -> NotReady | None: ...
+
+
+@runtime_checkable
+class ServesAdapters(Protocol):
+    """A `TokenEngine` that holds LoRA adapters besides its base weights (per-agent learners).
+
+    `adapter_names` are the adapters it can generate with; a call whose
+    `SamplingParams.adapter` names one of them generates with it, and the
+    model handle routes an agent's calls to the adapter of that agent's
+    name (`agents.<name>.lora`). On an engine without them every agent
+    generates with the engine's own weights.
+    """
+
+    adapter_names: frozenset[str]

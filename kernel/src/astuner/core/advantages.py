@@ -187,9 +187,10 @@ class AdvantageReport:
     `samples`: the samples kept, with `advantages` filled in;
     `step_advantages`: per trajectory id, the advantage of each of its
     steps (trainable calls that generated tokens), in call order;
-    `zero_variance_groups`: group ids whose scores were all equal;
-    `dropped_samples`: samples left out (unscored trajectories, and
-    zero-variance groups when dropping them).
+    `zero_variance_groups`: group ids whose scores were all equal (with
+    per-agent rewards, `<group_id>/<agent>`);
+    `dropped_samples`: samples left out (unscored trajectories, calls of
+    agents the judge gave no reward, and zero-variance groups when dropping them).
     """
 
     samples: list[Sample] = field(default_factory=list)
@@ -198,8 +199,42 @@ class AdvantageReport:
     dropped_samples: int = 0
 
 
-def _steps(traj: Trajectory) -> list[int]:
-    return [c.index for c in traj.calls if c.trainable and c.response_ids]
+@dataclass
+class _Unit:
+    """What one score is estimated for: a whole trajectory, or one agent's calls in it."""
+
+    trajectory: Trajectory
+    group: str
+    steps: list[int]
+    returns: np.ndarray
+    per_step: bool
+
+
+def _steps(traj: Trajectory, agent: str | None = None) -> list[int]:
+    return [
+        c.index
+        for c in traj.calls
+        if c.trainable and c.response_ids and (agent is None or c.agent_name == agent)
+    ]
+
+
+def _units(trajectory: Trajectory, gamma: float) -> list[_Unit]:
+    """A trajectory's scores: one per agent with a reward of its own (agents without trainable
+    calls are left out), else one for the whole run."""
+    if trajectory.agent_rewards:
+        return [
+            _Unit(trajectory, f"{trajectory.group_id}/{agent}", steps, np.array([float(reward)]), False)
+            for agent, reward in sorted(trajectory.agent_rewards.items())
+            if (steps := _steps(trajectory, agent))
+        ]
+    reward, steps = trajectory.reward, _steps(trajectory)
+    if isinstance(reward, list):
+        if len(reward) != len(steps):
+            raise ValueError(
+                f"trajectory {trajectory.trajectory_id}: {len(reward)} step rewards for {len(steps)} steps"
+            )
+        return [_Unit(trajectory, trajectory.group_id, steps, discounted_returns(reward, gamma), True)]
+    return [_Unit(trajectory, trajectory.group_id, steps, np.array([float(reward or 0.0)]), False)]
 
 
 def compute_advantages(
@@ -217,47 +252,42 @@ def compute_advantages(
     tokens. A list reward holds one reward per step (trainable call with
     generated tokens, in order); the group statistics use each trajectory's
     return from its first step, and step k's tokens get
-    `(G_k - baseline) / scale`. Trajectories that raised or have no reward
-    are not trained. Raises ValueError when a reward list does not have one
-    entry per step.
+    `(G_k - baseline) / scale`. Per-agent rewards (`Trajectory.agent_rewards`)
+    score each agent's calls on their own, grouped per agent: agent `a`'s
+    baseline comes from agent `a`'s rewards in the other runs of the task.
+    Trajectories that raised or have no reward are not trained. Raises
+    ValueError when a reward list does not have one entry per step.
     """
     fn = get_advantage_estimator(estimator)
     scored = [t for t in trajectories if t.error is None and t.reward is not None]
-    group_ids = sorted({t.group_id for t in scored})
-    index = {g: i for i, g in enumerate(group_ids)}
-    group = np.array([index[t.group_id] for t in scored], dtype=np.int64)
-    returns: list[np.ndarray] = []
-    for t in scored:
-        reward = t.reward
-        if isinstance(reward, list):
-            if len(reward) != len(_steps(t)):
-                raise ValueError(
-                    f"trajectory {t.trajectory_id}: {len(reward)} step rewards for {len(_steps(t))} steps"
-                )
-            returns.append(discounted_returns(reward, gamma))
-        elif reward is not None:
-            returns.append(np.array([float(reward)]))
-    scores = np.array([r[0] if r.size else 0.0 for r in returns], dtype=np.float64)
+    units = [unit for t in scored for unit in _units(t, gamma)]
     report = AdvantageReport()
-    if not scored:
+    if not units:
         report.dropped_samples = len(samples)
         return report
+    group_ids = sorted({u.group for u in units})
+    index = {g: i for i, g in enumerate(group_ids)}
+    group = np.array([index[u.group] for u in units], dtype=np.int64)
+    scores = np.array([u.returns[0] if u.returns.size else 0.0 for u in units], dtype=np.float64)
     baseline, scale = fn(scores, group, eps)
     flat = zero_variance_groups(scores, group)
     report.zero_variance_groups = [g for g in group_ids if flat[index[g]]]
-    per_call: dict[str, dict[int, float]] = {}
-    for i, t in enumerate(scored):
-        adv = (returns[i] - baseline[i]) / scale[i]
-        steps = _steps(t)
-        if isinstance(t.reward, list):
-            per_call[t.trajectory_id] = {c: float(a) for c, a in zip(steps, adv, strict=True)}
-        else:
-            per_call[t.trajectory_id] = dict.fromkeys(steps, float(adv[0]))
-        report.step_advantages[t.trajectory_id] = list(per_call[t.trajectory_id].values())
     dropped_groups = set(report.zero_variance_groups) if drop_zero_variance else set()
+    per_call: dict[str, dict[int, float]] = {}
+    kept: dict[str, set[int]] = {}  # per trajectory, the calls whose group is trained
+    for i, unit in enumerate(units):
+        adv = (unit.returns - baseline[i]) / scale[i]
+        values = adv if unit.per_step else np.full(len(unit.steps), adv[0])
+        trajectory_id = unit.trajectory.trajectory_id
+        per_call.setdefault(trajectory_id, {}).update(zip(unit.steps, values.tolist(), strict=True))
+        if unit.group not in dropped_groups:
+            kept.setdefault(trajectory_id, set()).update(unit.steps)
+    for t in scored:
+        advs = per_call.get(t.trajectory_id, {})
+        report.step_advantages[t.trajectory_id] = [advs[c] for c in _steps(t) if c in advs]
     for s in samples:
-        advs = per_call.get(s.trajectory_id)
-        if advs is None or s.group_id in dropped_groups:
+        advs, trained = per_call.get(s.trajectory_id, {}), kept.get(s.trajectory_id, set())
+        if not s.response_spans or any(call not in trained for _, _, call in s.response_spans):
             report.dropped_samples += 1
             continue
         values = [0.0] * len(s.input_ids)

@@ -58,9 +58,19 @@ class MadnessMonitor:
 def apply_madness_reward(trajectory: Trajectory, madness_reward: float) -> Trajectory:
     """Give a flagged trajectory `madness_reward` (replacing any per-step rewards).
 
-    Returns the same object, changed in place.
+    With per-agent rewards only the agents whose calls were flagged get it
+    (the others keep the judge's), and `reward` stays their mean. Returns
+    the same object, changed in place.
     """
-    if trajectory.madness:
+    if not trajectory.madness:
+        return trajectory
+    rewards = trajectory.agent_rewards
+    if rewards:
+        # A check on the whole trajectory (no call flagged) penalises every agent.
+        flagged = {c.agent_name for c in trajectory.calls if c.madness} or set(rewards)
+        rewards.update({agent: float(madness_reward) for agent in flagged & set(rewards)})
+        trajectory.reward = sum(rewards.values()) / len(rewards)
+    else:
         trajectory.reward = float(madness_reward)
     return trajectory
 

@@ -93,21 +93,28 @@ class WorkflowOutput(BaseModel):
 class JudgeOutput(BaseModel):
     """A judge's verdict on one run.
 
-    `is_success` left out means: a positive reward (summed over steps) is a
-    success, as AgentScope Tuner's `JudgeOutput(reward=...)` implies.
+    `reward` is one number, one per trainable call (per-step rewards), or one
+    per agent name (`{"wolf": 1.0, "villager": 0.0}`: each agent's calls
+    train on its own reward, with advantages grouped per agent).
+    `is_success` left out means: a positive reward (summed over steps or
+    agents) is a success, as AgentScope Tuner's `JudgeOutput(reward=...)` implies.
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    reward: float | list[float]
+    reward: float | list[float] | dict[str, float]
     is_success: bool = None  # type: ignore[assignment]  # always a bool after validation
     metrics: dict[str, float] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _success_from_reward(self) -> JudgeOutput:
+        if isinstance(self.reward, dict) and not self.reward:
+            raise ValueError("reward is an empty dict: give each agent's reward by its name")
         if self.is_success is None:
-            total = sum(self.reward) if isinstance(self.reward, list) else self.reward
-            self.is_success = total > 0
+            reward = self.reward
+            if isinstance(reward, dict):
+                reward = list(reward.values())
+            self.is_success = (sum(reward) if isinstance(reward, list) else reward) > 0
         return self
 
 

@@ -71,7 +71,8 @@ class CallSampling(BaseModel):
 
     `temperature == 0` was greedy (its log-probs are at temperature 1);
     `max_tokens` is the call's own budget (the configured one, lowered to
-    what fitted in the context).
+    what fitted in the context); `adapter` the LoRA adapter that generated
+    it (`agents.<name>.lora`), None for the policy itself or the base model.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -80,6 +81,7 @@ class CallSampling(BaseModel):
     top_p: float = 1.0
     top_k: int = -1
     max_tokens: int | None = None
+    adapter: str | None = None
 
     @property
     def logprob_temperature(self) -> float:
@@ -150,7 +152,10 @@ class Trajectory(BaseModel):
 
     `reward` is the final reward used for training (after the judge and the
     madness penalty): a float, one float per trainable call (per-step
-    rewards), or None if the run could not be scored. `madness` lists
+    rewards), or None if the run could not be scored. When the judge scored
+    each agent on its own, `agent_rewards` holds those rewards by agent name
+    (each agent's calls train on its own reward) and `reward` is their mean.
+    `madness` lists
     `"<check>: <reason>"` for every check that fired. `error` holds the
     traceback if the workflow raised; such trajectories are not trained on.
     `auxiliary_calls` are the calls of auxiliary models (by the workflow or
@@ -165,6 +170,7 @@ class Trajectory(BaseModel):
     group_id: str = ""
     calls: list[LLMCall] = Field(default_factory=list)
     reward: float | list[float] | None = None
+    agent_rewards: dict[str, float] = Field(default_factory=dict)
     is_success: bool | None = None
     madness: list[str] = Field(default_factory=list)
     error: str | None = None

@@ -29,7 +29,9 @@ class SamplingParams:
     switch those filters off.
 
     Built from the config in one place (`astuner.rollout.sampling.sampling_from_config`) and
-    changed per call only through `override`, which checks the values.
+    changed per call only through `override`, which checks the values. `adapter` names the LoRA
+    adapter that generates (`agents.<name>.lora`; None: the policy itself): the model handle
+    sets it from the calling agent's name, an engine without adapters refuses one.
     """
 
     temperature: float = 1.0
@@ -38,6 +40,7 @@ class SamplingParams:
     max_tokens: int = 512
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None
+    adapter: str | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -79,7 +82,11 @@ class SamplingParams:
     def record(self) -> CallSampling:
         """What a call records of these settings (`LLMCall.sampling`)."""
         return CallSampling(
-            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, max_tokens=self.max_tokens
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            max_tokens=self.max_tokens,
+            adapter=self.adapter,
         )
 
 

@@ -102,7 +102,7 @@ class EpisodeSource:
         # Shielded: an episode cancelled while the gateway starts must not cancel it for the others.
         runner = await asyncio.shield(self._loop_runner(engine).ready)
         trajectory = await runner.run_one(task, group_id or task.task_id, repeat, sampling, engine=engine)
-        samples, _ = merge_trajectory(trajectory, trainable_targets=runner.workflow.trainable_targets or None)
+        samples, _ = merge_trajectory(trajectory, trainable_targets=runner.trainable_targets or None)
         self.progress.add(trajectory)
         return trajectory, samples
 
@@ -188,8 +188,11 @@ class WorkerProgress:
             )
 
 
-def reward_of(trajectory: Trajectory) -> float:
-    """One number for the whole run: the reward, per-step rewards summed, 0 when unjudged."""
+def reward_of(trajectory: Trajectory, agent: str | None = None) -> float:
+    """One number for the whole run: the reward, per-step rewards summed, 0 when unjudged; with
+    `agent`, that agent's own reward when the judge scored agents one by one."""
+    if agent is not None and agent in trajectory.agent_rewards:
+        return trajectory.agent_rewards[agent]
     reward = trajectory.reward
     if isinstance(reward, list):
         return float(sum(reward))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import functools
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +36,8 @@ class ModelTuner:
     `chat(messages, tools)` is the one entry point; `openai_base_url` and
     `openai_client()` expose it over HTTP; `gym_step()` drives the task's
     environment; `for_agent(name)` gives the same handle under another
-    agent name (multi-agent workflows); `auxiliary_models` holds named
+    agent name (multi-agent workflows: the calls of an agent in `adapters`
+    generate with that agent's LoRA adapter); `auxiliary_models` holds named
     models that are used but never trained (each a `ModelTuner` with
     `trainable=False`: every call it records is marked untrainable).
     """
@@ -52,6 +53,7 @@ class ModelTuner:
         gym_env: Any = None,
         auxiliary_models: Mapping[str, Any] | None = None,
         trainable_targets: Sequence[str] | None = None,
+        adapters: Collection[str] = (),
         agent_name: str = "default",
         trainable: bool = True,
         config: Any = None,
@@ -67,6 +69,7 @@ class ModelTuner:
         self.gym_env = gym_env
         self.auxiliary_models: dict[str, Any] = dict(auxiliary_models or {})
         self.trainable_targets = list(trainable_targets or [])
+        self.adapters = frozenset(adapters)
         self.agent_name = agent_name
         self.trainable = trainable
         self.config = config
@@ -97,6 +100,8 @@ class ModelTuner:
         """
         name = agent_name or self.agent_name
         params = self.sampling.override(**sampling)
+        if name in self.adapters:
+            params = replace(params, adapter=name)
         if self.disable_toolcalls:
             tools = None
         if self.tracker is None:

@@ -246,7 +246,7 @@ async def _run_workflow(
         gateway_url=job["gateway_url"],
         sampling=SamplingParams(**job["sampling"]),
         timeout=timeout,
-        trainable_targets=workflow.trainable_targets,
+        trainable_targets=job["trainable_targets"],
         auxiliary_models=auxiliary,
     )
     workflow_task = WorkflowTask(
@@ -339,6 +339,7 @@ class RayExecutor:
             "sampling": asdict(tuner.sampling),
             "auxiliary_sampling": {name: asdict(h.sampling) for name, h in tuner.auxiliary_models.items()},
             "gateway_url": tuner.gateway_url,
+            "trainable_targets": list(tuner.trainable_targets),
         }
         paths = [str(p.resolve()) for p in self.config.search_paths()]
         ref = self._remote.remote(self.key, self._config_ref, paths, job)

@@ -47,13 +47,15 @@ from typing import TYPE_CHECKING, Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from astuner.config import AstunerConfig
 from astuner.core.madness import MadnessCheck, MadnessMonitor, apply_madness_reward
 from astuner.core.task import JudgeOutput, Task, WorkflowOutput, WorkflowTask
 from astuner.core.tokenizer import ChatTokenizer
 from astuner.core.tracker import ContextTracker, TrackerSettings
 from astuner.core.trajectory import Trajectory
 from astuner.logs import get_logger
-from astuner.protocols import Judge, JudgesWholeRollouts
+from astuner.protocols import Judge, JudgesWholeRollouts, ServesAdapters
+from astuner.rollout.agents import AgentPlan, agent_plan
 from astuner.rollout.agentscope_model import model_tuner_class
 from astuner.rollout.engine import SamplingParams
 from astuner.rollout.gateway import Gateway
@@ -104,6 +106,12 @@ class RolloutRunner:
         self.config = config
         self.gym_env_factory = gym_env_factory
         self.executor = _executor(config)
+        self.agents = _agent_plan(config, workflow, engine)
+
+    @property
+    def trainable_targets(self) -> list[str]:
+        """The agents whose calls train (`rollout.trainable_targets`, else the workflow's); empty: all."""
+        return list(self.agents.trainable)
 
     async def run(
         self,
@@ -172,7 +180,8 @@ class RolloutRunner:
             auxiliary_models={
                 name: model.handle(rollout_id, gateway_url) for name, model in self.auxiliary_models.items()
             },
-            trainable_targets=self.workflow.trainable_targets,
+            trainable_targets=self.trainable_targets,
+            adapters=self.agents.adapters & _served_adapters(self.engine if engine is None else engine),
             config=self.config,
             disable_toolcalls=getattr(getattr(self.config, "rollout", None), "disable_toolcalls", False),
         )
@@ -243,8 +252,10 @@ class RolloutRunner:
                     error = "The judge raised:\n" + traceback.format_exc()
                 else:
                     error = self._non_finite(verdict.reward, task)
+                if error is None and isinstance(verdict.reward, dict):
+                    error = self._unrewarded_agents(verdict.reward, trajectory)
                 if error is None:
-                    trajectory.reward, trajectory.is_success = verdict.reward, verdict.is_success
+                    _set_reward(trajectory, verdict)
                     trajectory.metrics.update(output.metrics)
                     trajectory.metrics.update(verdict.metrics)
                     if trajectory.madness:
@@ -272,9 +283,23 @@ class RolloutRunner:
             return await self.executor.run_workflow(self, workflow_task, tuner)
         return await self.workflow.run(workflow_task, tuner)
 
-    def _non_finite(self, reward: float | list[float], task: Task) -> str | None:
+    def _unrewarded_agents(self, rewards: Mapping[str, float], trajectory: Trajectory) -> str | None:
+        """The error of per-agent rewards that leave out an agent whose calls would train."""
+        trained = {c.agent_name for c in trajectory.calls if c.trainable and c.response_ids}
+        missing = sorted(trained - set(rewards))
+        if not missing:
+            return None
+        judge = getattr(self.judge, "where", None) or type(self.judge).__name__
+        return (
+            f"The judge {judge} gave rewards for agents {sorted(rewards)} but not for {missing}, whose "
+            f"calls train; the rollout is left out of training. Give every trainable agent a reward, "
+            "or leave those agents out of rollout.trainable_targets."
+        )
+
+    def _non_finite(self, reward: float | list[float] | dict[str, float], task: Task) -> str | None:
         """The error of a NaN or infinite reward: it must never reach the advantages (or the weights)."""
-        values = reward if isinstance(reward, list) else [reward]
+        values = list(reward.values()) if isinstance(reward, dict) else reward
+        values = values if isinstance(values, list) else [values]
         if all(math.isfinite(v) for v in values):
             return None
         judge = getattr(self.judge, "where", None) or type(self.judge).__name__
@@ -359,3 +384,32 @@ class _ProgressTracker:
         self._progress.update(
             self._task, advance=1, reward=mean, tps=f"{self.tokens / elapsed:.0f}", errors=self.errors
         )
+
+
+def _set_reward(trajectory: Trajectory, verdict: JudgeOutput) -> None:
+    """The verdict onto the trajectory: per-agent rewards are kept by agent, `reward` is their mean."""
+    if isinstance(verdict.reward, dict):
+        trajectory.agent_rewards = dict(verdict.reward)
+        trajectory.reward = sum(verdict.reward.values()) / len(verdict.reward)
+    else:
+        trajectory.reward = verdict.reward
+    trajectory.is_success = verdict.is_success
+
+
+def _agent_plan(config: Any, workflow: LoadedWorkflow, engine: Any) -> AgentPlan:
+    """The run's agent plan (just the workflow's targets without a config, as in unit tests)."""
+    if not isinstance(config, AstunerConfig):
+        return AgentPlan(tuple(workflow.trainable_targets))
+    plan = agent_plan(config, workflow.trainable_targets)
+    if plan.adapters and engine is not None and not isinstance(engine, ServesAdapters):
+        get_logger().warning(
+            "agents without their adapters",
+            agents=sorted(plan.adapters),
+            why=f"engine {type(engine).__name__} holds no LoRA adapters: every agent generates with its "
+            "weights (agents.<name>.lora needs backbone torch)",
+        )
+    return plan
+
+
+def _served_adapters(engine: Any) -> frozenset[str]:
+    return engine.adapter_names if isinstance(engine, ServesAdapters) else frozenset()

@@ -1,0 +1,76 @@
+"""Which agents of a workflow train, and which LoRA adapter each one generates with.
+
+A multi-agent workflow tags its model calls by agent name (`for_agent`, an
+AgentScope agent's name). `rollout.trainable_targets` (else the workflow's
+`trainable_targets`) picks the agents that train. `agents.<name>.lora`
+gives an agent an adapter of its own on one shared base model: a trained
+agent's adapter is what its updates change, and an agent that is not
+trained but has an adapter `path` generates with that adapter, frozen.
+With any adapter configured the base model stays frozen, so only agents
+with an adapter can train; the others run on the base model and their
+calls are recorded as untrainable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from astuner.errors import ConfigError
+
+if TYPE_CHECKING:
+    from astuner.config import AstunerConfig
+    from astuner.config_sections import AgentLoraConfig
+
+
+@dataclass(frozen=True)
+class AgentPlan:
+    """`trainable`: the agents whose calls train (empty: every agent); `trained_adapters`: by agent,
+    the settings of each adapter trained this run; `fixed_adapters`: by agent, the folder of each
+    adapter used but not trained."""
+
+    trainable: tuple[str, ...] = ()
+    trained_adapters: dict[str, AgentLoraConfig] = field(default_factory=dict)
+    fixed_adapters: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def adapters(self) -> frozenset[str]:
+        """Every agent that generates with an adapter of its own (the adapter has the agent's name)."""
+        return frozenset(self.trained_adapters) | frozenset(self.fixed_adapters)
+
+
+def agent_plan(config: AstunerConfig, workflow_targets: Sequence[str] = ()) -> AgentPlan:
+    """The plan of `config`'s `agents` block and trainable targets; a ConfigError naming the key
+    when they do not fit together."""
+    targets = tuple(config.rollout.trainable_targets or workflow_targets)
+    loras = {name: agent.lora for name, agent in config.agents.items() if agent.lora is not None}
+    if not loras:
+        return AgentPlan(targets)
+    if config.model.lora.rank > 0:
+        raise ConfigError(
+            "model.lora.rank and agents.<name>.lora are both set: with per-agent adapters the base "
+            "model stays frozen and each agent trains its own adapter. Set model.lora.rank: 0, or "
+            "remove the agents' lora blocks to train one shared adapter."
+        )
+    targets = targets or tuple(sorted(loras))
+    missing = [name for name in targets if name not in loras]
+    if missing:
+        raise ConfigError(
+            f"trainable_targets names {', '.join(map(repr, missing))}, which have no agents.<name>.lora: "
+            "with per-agent adapters only adapters train (the base model is shared and frozen). Add "
+            f"agents.{missing[0]}.lora, or leave the agent out of rollout.trainable_targets."
+        )
+    fixed: dict[str, str] = {}
+    for name, lora in loras.items():
+        if name in targets:
+            continue
+        if lora.path is None:
+            raise ConfigError(
+                f"agents.{name}.lora has no path, and agent '{name}' does not train (trainable_targets: "
+                f"{', '.join(targets)}): an untrained new adapter would change nothing. Set "
+                f"agents.{name}.lora.path to a trained adapter's folder, add '{name}' to "
+                f"rollout.trainable_targets, or remove agents.{name}.lora to run it on the base model."
+            )
+        fixed[name] = lora.path
+    return AgentPlan(targets, {name: loras[name] for name in targets}, fixed)
