@@ -34,7 +34,7 @@ from astuner.core.demonstrations import DemonstrationError, demonstration_trajec
 from astuner.core.health import HealthMonitor
 from astuner.core.madness import MadnessCheck
 from astuner.core.merge import MergeReport, merge_trajectory
-from astuner.core.metrics import pass_at_k, rollout_metrics, scalar_reward, succeeded
+from astuner.core.metrics import agent_metrics, pass_at_k, rollout_metrics, scalar_reward, succeeded
 from astuner.core.task import JudgeOutput, Task, WorkflowOutput, WorkflowTask
 from astuner.core.tokenizer import (
     BUILTIN_PREFIX,
@@ -150,6 +150,7 @@ __all__ = [  # noqa: RUF022
     "Sample",
     "Trajectory",
     "merge_trajectory",
+    "agent_metrics",
     "pass_at_k",
     "rollout_metrics",
     "scalar_reward",

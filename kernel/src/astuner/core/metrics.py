@@ -45,7 +45,36 @@ def rollout_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str
         f"{prefix}/response_tokens_mean": sum(generated) / n,
         f"{prefix}/turns_mean": sum(len(t.calls) for t in trajectories) / n,
         **tool_metrics(trajectories, prefix),
+        **agent_metrics(trajectories, prefix),
     }
+
+
+def agent_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str, float]:
+    """Per agent of a multi-agent workflow (more than one agent name, or per-agent rewards), under
+    `<prefix>/agent/<name>/`: `reward_mean` (its own reward, else the run's), `win_rate` (share of
+    scored runs where that reward was positive), `calls_mean` and `response_tokens_mean` per run.
+    Empty for single-agent workflows."""
+    names = sorted(
+        {c.agent_name for t in trajectories for c in t.calls}
+        | {a for t in trajectories for a in t.agent_rewards}
+    )
+    if len(names) < 2 and not any(t.agent_rewards for t in trajectories):
+        return {}
+    n = max(len(trajectories), 1)
+    out: dict[str, float] = {}
+    for name in names:
+        rewards = [
+            t.agent_rewards.get(name, r) if t.agent_rewards else r
+            for t in trajectories
+            if t.error is None and (r := scalar_reward(t)) is not None
+        ]
+        calls = [c for t in trajectories for c in t.calls if c.agent_name == name]
+        key = f"{prefix}/agent/{name}"
+        out[f"{key}/reward_mean"] = sum(rewards) / len(rewards) if rewards else 0.0
+        out[f"{key}/win_rate"] = sum(r > 0 for r in rewards) / len(rewards) if rewards else 0.0
+        out[f"{key}/calls_mean"] = len(calls) / n
+        out[f"{key}/response_tokens_mean"] = sum(len(c.response_ids) for c in calls) / n
+    return out
 
 
 def tool_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str, float]:
