@@ -132,3 +132,53 @@ def test_one_registry_names_every_estimator_its_aliases_and_engine_counterparts(
         "rloo": "rloo",
     }
     assert estimator_counterparts("no_such_engine") == {}
+
+
+def _game(tid: str, rewards: dict[str, float], agents=("wolf", "seer", "villager"), untrained=()):
+    """One call per agent, each with its own prompt (a separate sample each)."""
+    calls = [
+        LLMCall(
+            index=i,
+            agent_name=a,
+            prompt_ids=[1, 2 + i],
+            response_ids=[10 + i, 2],
+            trainable=a not in untrained,
+        )
+        for i, a in enumerate(agents)
+    ]
+    return Trajectory(trajectory_id=tid, group_id="g", reward=0.0, agent_rewards=rewards, calls=calls)
+
+
+def test_per_agent_rewards_are_grouped_per_agent_across_the_repeats():
+    games = [
+        _game("a", {"wolf": 1.0, "seer": 0.0, "villager": 5.0}),
+        _game("b", {"wolf": 0.0, "seer": 0.0, "villager": 1.0}),
+    ]
+    report = _run(games, estimator="dr_grpo")
+    by_agent = {(s.trajectory_id, s.agent_name): max(s.advantages, key=abs) for s in report.samples}
+    # each agent's baseline is its own mean over the two games, never the other agents'
+    assert by_agent == {
+        ("a", "wolf"): 0.5,
+        ("b", "wolf"): -0.5,
+        ("a", "villager"): 2.0,
+        ("b", "villager"): -2.0,
+        ("a", "seer"): 0.0,
+        ("b", "seer"): 0.0,
+    }
+    # the seer's rewards are equal: a zero-variance group of its own, its samples carry 0
+    assert report.zero_variance_groups == ["g/seer"]
+    assert report.step_advantages["a"] == [0.5, 0.0, 2.0]
+    dropped = _run(games, estimator="dr_grpo", drop_zero_variance=True)
+    assert {s.agent_name for s in dropped.samples} == {"wolf", "villager"} and dropped.dropped_samples == 2
+
+
+def test_an_agent_without_trainable_calls_is_skipped_and_unrewarded_calls_are_not_trained():
+    games = [
+        _game("a", {"wolf": 1.0, "seer": 3.0}, untrained=("seer",)),
+        _game("b", {"wolf": 0.0, "seer": 1.0}, untrained=("seer",)),
+    ]
+    report = _run(games, estimator="dr_grpo")
+    assert {s.agent_name for s in report.samples} == {"wolf"}
+    assert report.zero_variance_groups == []
+    # the villager had trainable calls but no reward: its samples are left out, not trained at 0
+    assert report.dropped_samples == 2

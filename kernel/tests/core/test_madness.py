@@ -61,3 +61,14 @@ def test_monitor_and_reward():
     assert apply_madness_reward(flagged, -1.0).reward == -1.0
     clean = Trajectory(trajectory_id="u", reward=0.5)
     assert apply_madness_reward(clean, -1.0).reward == 0.5
+
+
+def test_with_per_agent_rewards_only_the_flagged_agent_is_penalised():
+    calls = [LLMCall(index=0, agent_name="wolf", madness=["nonsense"]), LLMCall(index=1, agent_name="seer")]
+    t = Trajectory(
+        trajectory_id="t", calls=calls, reward=0.5, agent_rewards={"wolf": 1.0, "seer": 0.0}, madness=["x"]
+    )
+    apply_madness_reward(t, -1.0)
+    assert t.agent_rewards == {"wolf": -1.0, "seer": 0.0} and t.reward == -0.5
+    whole = Trajectory(trajectory_id="u", reward=0.5, agent_rewards={"wolf": 1.0, "seer": 0.0}, madness=["x"])
+    assert apply_madness_reward(whole, -1.0).agent_rewards == {"wolf": -1.0, "seer": -1.0}

@@ -79,3 +79,24 @@ def test_tool_metrics_count_calls_parse_failures_executions_and_truncations() ->
     assert metrics["train/truncation_rate"] == 0.25
     alone = rollout_metrics([Trajectory(trajectory_id="u", calls=[calls[2], other_agent])], "x")
     assert alone["x/tool_calls_executed"] == 0  # another agent's tool message answers nothing here
+
+
+def test_agent_metrics_per_agent_of_a_multi_agent_workflow() -> None:
+    def game(rewards: dict[str, float]) -> Trajectory:
+        calls = [
+            LLMCall(index=0, agent_name="wolf", response_ids=[1, 2, 3]),
+            LLMCall(index=1, agent_name="seer", response_ids=[4]),
+            LLMCall(index=2, agent_name="wolf", response_ids=[5]),
+        ]
+        return Trajectory(trajectory_id="t", calls=calls, reward=0.0, agent_rewards=rewards)
+
+    metrics = rollout_metrics(
+        [game({"wolf": 1.0, "seer": -1.0}), game({"wolf": -1.0, "seer": -1.0})], "train"
+    )
+    assert metrics["train/agent/wolf/reward_mean"] == 0.0 and metrics["train/agent/wolf/win_rate"] == 0.5
+    assert metrics["train/agent/seer/reward_mean"] == -1.0 and metrics["train/agent/seer/win_rate"] == 0.0
+    assert (
+        metrics["train/agent/wolf/calls_mean"] == 2 and metrics["train/agent/wolf/response_tokens_mean"] == 4
+    )
+    single = rollout_metrics([Trajectory(trajectory_id="s", calls=[LLMCall()], reward=1.0)], "train")
+    assert not any("/agent/" in key for key in single)
