@@ -49,6 +49,17 @@ def test_engines_come_from_the_trinity_block_or_the_tutorials_key() -> None:
         translate(bad)
 
 
+def test_per_agent_adapters_are_a_config_error_naming_the_key() -> None:
+    config = load_config(MATH_AGENT, ["agents.wolf={}", "agents.seer.lora.rank=4"], environ={})
+    with pytest.raises(ConfigError, match=r"^agents\.seer\.lora: backbone trinity .*backbone torch") as error:
+        engine_config(config)
+    message = str(error.value)
+    assert "\n" not in message and "agents.wolf" not in message
+    assert "per-agent rewards" in message and "rollout.trainable_targets" in message
+    targets = load_config(MATH_AGENT, ["rollout.trainable_targets=[seer]", "agents.wolf={}"], environ={})
+    assert translate(targets)["algorithm.repeat_times"] == 4
+
+
 @pytest.mark.skipif(importlib.util.find_spec("trinity") is not None, reason="Trinity is installed here")
 def test_plugins_list_says_the_engine_is_missing() -> None:
     plugins = Plugins(load_entry_points=False)

@@ -22,13 +22,16 @@ pytest.importorskip("trinity")
 import torch
 import yaml
 from astuner_backbone_trinity.translate import WORKFLOW_PATH
-from astuner_backbone_trinity.workflow import AstunerWorkflow
+from astuner_backbone_trinity.workflow import AstunerWorkflow, _experience
+from trinity.algorithm.advantage_fn.multi_step_grpo_advantage import StepWiseGRPOAdvantageFn
 from trinity.buffer.schema import FORMATTER
 from trinity.common.config import GenerationConfig, TasksetConfig
-from trinity.common.experience import Experience
+from trinity.common.experience import Experience, group_by
 
+from astuner.core.merge import merge_trajectory
 from astuner.core.task import Task
 from astuner.core.tokenizer import load_tokenizer
+from astuner.core.trajectory import LLMCall, Trajectory
 from astuner.errors import AstunerError
 from astuner.rollout.episode import EpisodeSource
 from astuner.testing.counting import CountedJudge
@@ -153,3 +156,73 @@ def test_a_runner_process_builds_the_rollout_stack_once(taskset: TasksetConfig, 
     rewards = [exp.reward for _ in range(3) for exp in _run(taskset, ScriptedModelWrapper(tokenizer), _row())]
     assert rewards == [1.0] * 3
     assert CountedJudge.built == built + 1
+
+
+def _scored_run(wolf: float, seer: float) -> Trajectory:
+    """The wolf speaks twice and the seer once, each on a fresh prompt (three samples); scored per agent."""
+    speakers = ("wolf", "seer", "wolf")
+    calls = [
+        LLMCall(
+            index=i, agent_name=name, prompt_ids=[1, 2 + i], response_ids=[7, 8], response_logprobs=[-0.5] * 2
+        )
+        for i, name in enumerate(speakers)
+    ]
+    rewards = {"wolf": wolf, "seer": seer}
+    return Trajectory(
+        trajectory_id=f"{wolf}-{seer}", reward=(wolf + seer) / 2, agent_rewards=rewards, calls=calls
+    )
+
+
+def _run_experiences(trajectory: Trajectory, run: int) -> list[Experience]:
+    """The run's experiences as the workflow makes them, with the ids Trinity's runner then sets."""
+    samples, _ = merge_trajectory(trajectory)
+    experiences = [_experience(sample, step, trajectory, 3) for step, sample in enumerate(samples)]
+    for experience in experiences:
+        experience.eid.batch, experience.eid.run = 0, run
+        experience.eid.task = experience.eid.task or 3
+    return experiences
+
+
+def test_per_agent_rewards_give_each_agent_its_reward_and_its_own_multi_step_grpo_group() -> None:
+    runs = [_scored_run(1.0, 0.0), _scored_run(0.0, 0.0), _scored_run(0.5, 1.0)]
+    experiences = [e for run, trajectory in enumerate(runs) for e in _run_experiences(trajectory, run)]
+    first = [(e.info["agent_name"], e.eid.task, e.reward) for e in experiences[:3]]
+    assert first == [("wolf", "3/wolf", 1.0), ("seer", "3/seer", 0.0), ("wolf", "3/wolf", 1.0)]
+    trained, _ = StepWiseGRPOAdvantageFn().process(experiences)
+    assert sorted(group_by(trained, "task")) == ["0/3/seer", "0/3/wolf"]
+    advantage = {(e.eid.run, e.eid.step): float(e.advantages[0]) for e in trained}
+    # the wolf's baseline is its own rewards (1, 0, 0.5): mean 0.5, std 0.5; both its steps share it
+    wolf = [advantage[(run, step)] for run in range(3) for step in (0, 2)]
+    assert wolf == pytest.approx([1.0, 1.0, -1.0, -1.0, 0.0, 0.0], abs=1e-4)
+    # the seer's (0, 0, 1): its runs rank among themselves, whatever the wolf scored
+    seer = [advantage[(run, 1)] for run in range(3)]
+    assert seer[0] == seer[1] < 0 < seer[2]
+
+
+def test_without_per_agent_rewards_every_experience_has_the_run_s_reward_and_task() -> None:
+    trajectory = _scored_run(1.0, 0.0).model_copy(update={"agent_rewards": {}})
+    experiences = _run_experiences(trajectory, 0)
+    assert [(e.eid.task, e.reward) for e in experiences] == [(3, 0.5)] * 3
+
+
+@pytest.mark.parametrize(("targets", "agents"), [([], ["seer"]), (["wolf", "seer"], ["wolf", "seer"])])
+def test_a_game_carries_rewards_and_trainable_targets_to_trinity(
+    taskset: TasksetConfig, tiny_model_dir: Path, targets: list[str], agents: list[str]
+) -> None:
+    config = Path(taskset.workflow_args["astuner_config"])
+    conf = yaml.safe_load(config.read_text(encoding="utf-8"))
+    conf["astuner"]["rollout"] = {
+        "agentscope_workflow": "trinity_workflows->SeerGame",
+        "trainable_targets": targets,
+    }
+    conf["astuner"]["task_judge"] = {"judge_protocol": "trinity_workflows->ScoresPerAgent"}
+    config.write_text(yaml.safe_dump(conf), encoding="utf-8")
+    model = ScriptedModelWrapper(load_tokenizer(str(tiny_model_dir)))
+    task = Task(task_id="g0", main_query="Play.", metadata={"rewards": {"wolf": 1.0, "seer": 0.25}})
+    experiences = _run(taskset, model, {"astuner_task": task.model_dump_json()})
+    assert len(model.requests) == 2  # both agents generate
+    # the workflow's trainable_targets (the seer), or the config's, which win over them
+    assert [e.info["agent_name"] for e in experiences] == agents
+    assert [(e.eid.task, e.reward) for e in experiences] == [
+        (f"0/{agent}", {"wolf": 1.0, "seer": 0.25}[agent]) for agent in agents
+    ]

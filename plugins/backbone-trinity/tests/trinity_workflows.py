@@ -1,10 +1,14 @@
-"""A tool-using workflow for the Trinity adapter test: tool call, tool result, answer."""
+"""Workflows for the Trinity adapter tests: a tool-using one (tool call, tool result, answer), and a
+two-agent game whose judge scores each agent."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from astuner.core.task import WorkflowOutput
+from pydantic import Field
+
+from astuner import Workflow
+from astuner.core.task import JudgeOutput, Task, WorkflowOutput
 
 CALCULATOR = {
     "type": "function",
@@ -32,3 +36,20 @@ async def calculator_agent(task: dict[str, Any], model: Any, auxiliary_models: A
     ]
     second = await model.chat(messages, [CALCULATOR])
     return WorkflowOutput(response=second.content, metadata={"final_answer": second.content})
+
+
+class SeerGame(Workflow):
+    """The wolf moves, then the seer, each on a prompt of its own; the seer alone trains (the
+    workflow's trainable_targets) unless rollout.trainable_targets names others."""
+
+    trainable_targets: list[str] = Field(default_factory=lambda: ["seer"])
+
+    async def execute(self, workflow_task: Any, model_tuner: Any) -> WorkflowOutput:
+        for role in ("wolf", "seer"):
+            await model_tuner.chat([{"role": "user", "content": f"{role}, your move?"}], agent_name=role)
+        return WorkflowOutput(response="done", metadata={"rewards": workflow_task.task.metadata["rewards"]})
+
+
+class ScoresPerAgent:
+    async def judge(self, task: Task, output: WorkflowOutput) -> JudgeOutput:
+        return JudgeOutput(reward=output.metadata["rewards"])

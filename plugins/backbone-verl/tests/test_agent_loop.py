@@ -23,7 +23,9 @@ from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
 from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.workers.rollout.replica import TokenOutput
 
+from astuner.core.merge import merge_trajectory
 from astuner.core.task import Task
+from astuner.core.trajectory import LLMCall, Trajectory
 from astuner.rollout.episode import EpisodeSource
 from astuner.testing.counting import CountedJudge
 from astuner.testing.tokenizers import qwen25_tokenizer
@@ -47,13 +49,19 @@ class ScriptedServer:
         return TokenOutput(token_ids=ids, log_probs=[LOGPROB] * len(ids), stop_reason="completed")
 
 
-def _write_config(folder: Path, tiny_model_dir: Path, judge: str = "exact") -> Path:
+def _write_config(
+    folder: Path, tiny_model_dir: Path, judge: str = "exact", workflow: str = "two_turns", **rollout: Any
+) -> Path:
     import yaml
 
     path = folder / "config.yaml"
     block = {
         "model": {"path": str(tiny_model_dir)},
-        "rollout": {"agentscope_workflow": "verl_workflows->two_turns", "compute_madness_checklist": []},
+        "rollout": {
+            "agentscope_workflow": f"verl_workflows->{workflow}",
+            "compute_madness_checklist": [],
+            **rollout,
+        },
         "task_judge": {"judge_protocol": judge},
     }
     path.write_text(yaml.safe_dump({"astuner": block}), encoding="utf-8")
@@ -96,11 +104,12 @@ def _instantiate(astuner_config: Path, server: ScriptedServer, tokenizer: Any, c
     )
 
 
-def _row(task: Task) -> dict[str, Any]:
+def _row(task: Task, uid: str = "uid-0") -> dict[str, Any]:
     return {
         "raw_prompt": [{"role": "user", "content": task.main_query}],
         "extra_info": {"astuner_task": task.model_dump_json(), "index": 0},
         "index": 0,
+        "uid": uid,
     }
 
 
@@ -164,3 +173,90 @@ def test_a_worker_builds_the_rollout_stack_once_for_every_loop_it_instantiates(
     assert [out.reward_score for out in asyncio.run(batch())] == [1.0] * 3
     assert [out.reward_score for out in asyncio.run(batch())] == [1.0] * 3
     assert CountedJudge.built == built + 1
+
+
+ROLES = ("wolf", "seer")
+
+
+def _game(trajectory_id: str, rewards: dict[str, float] | None) -> Trajectory:
+    """A finished run: each role made one call on a prompt of its own ([1, 2 + its number]), so each
+    merges into a sample of its own; scored per agent unless `rewards` is None."""
+    calls = [
+        LLMCall(index=i, agent_name=role, prompt_ids=[1, 2 + i], response_ids=[9, 2])
+        for i, role in enumerate(ROLES)
+    ]
+    if rewards is None:
+        return Trajectory(trajectory_id=trajectory_id, task_id="t", reward=0.25, calls=calls)
+    mean = sum(rewards.values()) / len(rewards)
+    return Trajectory(
+        trajectory_id=trajectory_id, task_id="t", reward=mean, agent_rewards=rewards, calls=calls
+    )
+
+
+def _agent_of(out: Any) -> str:
+    return ROLES[out.prompt_ids[-1] - 2]
+
+
+def test_per_agent_rewards_make_each_verl_group_one_agent_with_its_own_reward(astuner_config: Path) -> None:
+    EpisodeSource._shared.clear()
+    tokenizer = qwen25_tokenizer()
+    loop = _instantiate(astuner_config, ScriptedServer(tokenizer), tokenizer, _trainer_config())
+    repeats = [{"wolf": 1.0, "seer": 0.0}, {"wolf": 0.0, "seer": 0.5}, {"wolf": 1.0, "seer": 1.0}]
+    trained = set()
+    for uid in [f"uid-{n}" for n in range(6)]:
+        outs = []
+        for k, rewards in enumerate(repeats):
+            game = _game(f"{uid}/{k}", rewards)
+            outs.append(loop._output(game, merge_trajectory(game)[0], {"uid": uid}, ()))
+        # the repeats of one prompt (one verl uid) hand over the same agent's sample, with its reward
+        (agent,) = {_agent_of(out) for out in outs}
+        assert [out.reward_score for out in outs] == [rewards[agent] for rewards in repeats]
+        assert all(
+            out.response_mask == [1, 1] and out.extra_fields["astuner_samples_dropped"] == 1 for out in outs
+        )
+        trained.add(agent)
+    assert trained == set(ROLES)  # across the prompts, every agent trains
+
+    # only trainable agents are picked; without per-agent rewards the first sample and the run's reward
+    game = _game("w", {"wolf": 1.0, "seer": 0.0})
+    wolf_only = [s for s in merge_trajectory(game)[0] if s.agent_name == "wolf"]
+    outs = [loop._output(game, wolf_only, {"uid": f"uid-{n}"}, ("wolf",)) for n in range(6)]
+    assert {_agent_of(out) for out in outs} == {"wolf"} and {out.reward_score for out in outs} == {1.0}
+    plain = _game("p", None)
+    out = loop._output(plain, merge_trajectory(plain)[0], {"uid": "uid-0"}, ())
+    assert (_agent_of(out), out.reward_score) == ("wolf", 0.25)
+
+
+def test_an_agent_that_made_no_call_in_a_run_leaves_that_run_untrained(astuner_config: Path) -> None:
+    EpisodeSource._shared.clear()
+    tokenizer = qwen25_tokenizer()
+    loop = _instantiate(astuner_config, ScriptedServer(tokenizer), tokenizer, _trainer_config())
+    game = _game("g", {"wolf": 1.0, "seer": 0.5})
+    samples = merge_trajectory(game)[0]
+    agent = _agent_of(loop._output(game, samples, {"uid": "uid-0"}, ()))
+    others = [s for s in samples if s.agent_name != agent]
+    out = loop._output(game, others, {"uid": "uid-0", "raw_prompt": [{"role": "user", "content": "hi"}]}, ())
+    assert out.response_mask == [0] and out.reward_score == game.agent_rewards[agent]
+    assert f"agent '{agent}'" in out.extra_fields["astuner_error"]
+
+
+@pytest.mark.parametrize(("targets", "dropped"), [(["seer"], 0), ([], 1)])
+def test_a_multi_agent_episode_carries_rewards_and_trainable_targets_to_verl(
+    tmp_path: Path, tiny_model_dir: Path, targets: list[str], dropped: int
+) -> None:
+    EpisodeSource._shared.clear()
+    config = _write_config(
+        tmp_path, tiny_model_dir, "verl_workflows->AgentRewards", "village", trainable_targets=targets
+    )
+    tokenizer = qwen25_tokenizer()
+    server = ScriptedServer(tokenizer)
+    loop = _instantiate(config, server, tokenizer, _trainer_config())
+    rewards = {"wolf": 1.0, "seer": 0.5}
+    task = Task(task_id="t3", main_query="Play.", metadata={"rewards": rewards})
+    out = asyncio.run(loop.run({"temperature": 1.0}, **_row(task)))
+    assert len(server.requests) == 2  # both agents generate
+    (agent,) = [role for role in ROLES if f"You are the {role}." in tokenizer.decode(out.prompt_ids)]
+    # rollout.trainable_targets: only the seer's calls make a sample; else one of the two agents' samples
+    assert agent == "seer" if targets else agent in ROLES
+    assert out.reward_score == rewards[agent]
+    assert out.extra_fields["astuner_samples_dropped"] == dropped

@@ -96,6 +96,17 @@ def test_an_estimator_verl_lacks_is_a_clear_error() -> None:
         translate(config)
 
 
+def test_per_agent_adapters_are_a_config_error_and_the_rest_of_multi_agent_training_translates() -> None:
+    config = load_config(MATH_AGENT, ["agents.wolf.lora.rank=4", "agents.seer={}"], environ={})
+    with pytest.raises(ConfigError, match=r"agents\.wolf\.lora: backbone verl .*backbone torch") as error:
+        VerlBackbone().engine_config(config)
+    message = str(error.value)
+    assert "\n" not in message and "agents.seer" not in message
+    assert "per-agent rewards" in message and "rollout.trainable_targets" in message
+    targets = load_config(MATH_AGENT, ["rollout.trainable_targets=[wolf]", "agents.seer={}"], environ={})
+    assert translate(targets)["actor_rollout_ref.rollout.n"] == 4
+
+
 def test_hydra_values_are_quoted_for_the_command_line() -> None:
     overrides = hydra_overrides(
         {"a.s": "Qwen/Qwen2.5-7B", "a.l": ["console", "wandb"], "a.n": None, "a.b": False, "a.f": 1e-6}

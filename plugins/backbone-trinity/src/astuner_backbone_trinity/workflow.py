@@ -9,6 +9,13 @@ with `task.to_workflow(model_wrapper)` for every run and awaits
 ids and log-probs out), merges the recorded calls and returns one Trinity
 `Experience` per merged sample, each with the run's astuner reward.
 
+Per-agent rewards (a judge's `JudgeOutput(reward={agent: value})`): each
+experience gets its own agent's reward, and its `eid.task` becomes
+`<task>/<agent>`. Trinity groups the runs of a task by that id (`eid.tid`:
+multi_step_grpo and grpo group by it, rloo through the `uid` it becomes),
+so one agent's experiences across the task's runs form a group, with a
+baseline of that agent's rewards alone.
+
 A run whose workflow raised is reported to Trinity by raising, as Trinity
 expects of a failed run: its runner records the error and trains on none
 of it.
@@ -79,12 +86,14 @@ class AstunerWorkflow(Workflow):
             raise AstunerError(f"The astuner workflow failed on task {task.task_id}:\n{trajectory.error}")
         if not samples:
             get_logger().warning("Trinity run made no trainable model call", task=task.task_id)
-        reward = reward_of(trajectory)
-        return [_experience(sample, step, reward, trajectory) for step, sample in enumerate(samples)]
+        return [
+            _experience(sample, step, trajectory, self.task.task_id) for step, sample in enumerate(samples)
+        ]
 
 
-def _experience(sample: Sample, step: int, reward: float, trajectory: Trajectory) -> Experience:
-    """A multi-turn Trinity experience: tokens `(T,)`; logprobs and action_mask `(T - prompt_length,)`."""
+def _experience(sample: Sample, step: int, trajectory: Trajectory, task_id: int | str) -> Experience:
+    """A multi-turn Trinity experience: tokens `(T,)`; logprobs and action_mask `(T - prompt_length,)`;
+    with per-agent rewards, its agent's reward and group (`task_id` is Trinity's number of the task)."""
     start = sample.response_spans[0][0]
     logprobs = sample.old_logprobs if sample.old_logprobs is not None else [0.0] * len(sample.input_ids)
     experience = Experience(
@@ -92,11 +101,13 @@ def _experience(sample: Sample, step: int, reward: float, trajectory: Trajectory
         prompt_length=start,
         logprobs=logprobs[start:],
         action_mask=sample.loss_mask[start:],
-        reward=reward,
+        reward=reward_of(trajectory, sample.agent_name),
         info={"astuner_trajectory": trajectory.trajectory_id, "agent_name": sample.agent_name},
         metrics={k: float(v) for k, v in trajectory.metrics.items()},
     )
     experience.eid.step = step
+    if trajectory.agent_rewards:
+        experience.eid.task = f"{task_id}/{sample.agent_name}"
     return experience
 
 

@@ -15,11 +15,20 @@ contributes its first sample, and `extra_fields["astuner_samples_dropped"]`
 counts the rest. A run that failed (the workflow raised, a prompt longer
 than `data.max_prompt_length`) comes back with a zero response mask: verl
 keeps its place in the batch and trains nothing on it.
+
+Per-agent rewards (a judge's `JudgeOutput(reward={agent: value})`): verl
+groups the runs of one prompt by the `uid` it gives the row, and the loop
+cannot change that key, so it makes each group one agent's instead: every
+run of a group hands over the sample of the same agent, with that agent's
+own reward. The agent is picked from the uid among the trainable agents the
+judge scored, so over the prompts of a step every such agent trains.
 """
 
 from __future__ import annotations
 
 import time
+import zlib
+from collections.abc import Sequence
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import (
@@ -29,7 +38,16 @@ from verl.experimental.agent_loop.agent_loop import (
     register,
 )
 
-from astuner.api import EpisodeSource, Sample, Task, Trajectory, get_logger, reward_of, sampling_from_config
+from astuner.api import (
+    EpisodeSource,
+    Sample,
+    Task,
+    Trajectory,
+    agent_plan,
+    get_logger,
+    reward_of,
+    sampling_from_config,
+)
 from astuner_backbone_verl.server_engine import VerlServerEngine
 from astuner_backbone_verl.translate import AGENT_LOOP_NAME
 
@@ -75,16 +93,26 @@ class AstunerAgentLoop(AgentLoopBase):
         trajectory, samples = await self.episodes.run(
             task, engine, sampling, group_id=str(kwargs.get("index"))
         )
-        output = self._output(trajectory, samples, kwargs)
+        output = self._output(trajectory, samples, kwargs, self._trainable_agents())
         output.metrics = AgentLoopMetrics(generate_sequences=engine.seconds)
         output.extra_fields["astuner_seconds"] = time.perf_counter() - started
         return output
 
-    def _output(self, trajectory: Trajectory, samples: list[Sample], row: dict[str, Any]) -> AgentLoopOutput:
-        reward = reward_of(trajectory)
-        extra: dict[str, Any] = {"astuner_samples_dropped": max(0, len(samples) - 1)}
-        if samples:
-            sample = samples[0]
+    def _trainable_agents(self) -> tuple[str, ...]:
+        """The agents whose calls train (empty: every agent), as the worker's runner has them."""
+        workflow = self.episodes.parts.workflow  # type: ignore[union-attr]  # built by the worker's first run
+        return agent_plan(self.episodes.config, workflow.trainable_targets).trainable
+
+    def _output(
+        self, trajectory: Trajectory, samples: list[Sample], row: dict[str, Any], trainable: Sequence[str]
+    ) -> AgentLoopOutput:
+        """verl's sequence of the run: its first sample, or with per-agent rewards its group agent's."""
+        agent = group_agent(trajectory, trainable, str(row.get("uid") or trajectory.task_id))
+        reward = reward_of(trajectory, agent)
+        kept = samples if agent is None else [s for s in samples if s.agent_name == agent]
+        extra: dict[str, Any] = {"astuner_samples_dropped": len(samples) - len(kept[:1])}
+        if kept:
+            sample = kept[0]
             start = sample.response_spans[0][0]
             if start <= self.prompt_length:
                 response = slice(start, start + self.response_length)
@@ -103,7 +131,8 @@ class AstunerAgentLoop(AgentLoopBase):
                 f"prompt of {start} tokens exceeds data.max_prompt_length={self.prompt_length}"
             )
         else:
-            extra["astuner_error"] = (trajectory.error or "the run made no trainable model call")[-2000:]
+            caller = "the run" if agent is None else f"agent '{agent}', the one this verl group trains,"
+            extra["astuner_error"] = (trajectory.error or f"{caller} made no trainable model call")[-2000:]
         get_logger().warning(
             "verl sample not trained", task=trajectory.task_id, reason=extra["astuner_error"]
         )
@@ -127,6 +156,14 @@ class AstunerAgentLoop(AgentLoopBase):
             metrics=AgentLoopMetrics(),
             extra_fields=extra,
         )
+
+
+def group_agent(trajectory: Trajectory, trainable: Sequence[str], group: str) -> str | None:
+    """With per-agent rewards, the agent whose sample a run of verl group `group` (the row's `uid`)
+    hands over: the same in every run of the group, one of the `trainable` agents (empty: all) the
+    judge scored. None without per-agent rewards."""
+    agents = sorted(name for name in trajectory.agent_rewards if not trainable or name in trainable)
+    return agents[zlib.crc32(group.encode()) % len(agents)] if agents else None
 
 
 def _number(value: Any, kind: type) -> Any:

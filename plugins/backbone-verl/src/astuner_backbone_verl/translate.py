@@ -14,7 +14,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from astuner.api import AstunerConfig, Source, apply_rules, estimator_counterparts, flatten, lookup
+from astuner.api import (
+    AstunerConfig,
+    ConfigError,
+    Source,
+    apply_rules,
+    estimator_counterparts,
+    flatten,
+    lookup,
+)
 from astuner_backbone_verl.settings import verl_defaults
 
 AGENT_LOOP_NAME = "astuner"
@@ -111,7 +119,20 @@ FIXED: dict[str, Any] = {
 def translate(config: AstunerConfig) -> dict[str, Any]:
     """verl keys (dotted) -> values: the table, astuner's defaults of verl-only keys, the fixed wiring,
     then the `verl:` block."""
+    _check_agents(config)
     return {**apply_rules(config, RULES), **verl_defaults(config), **FIXED, **flatten(config.verl)}
+
+
+def _check_agents(config: AstunerConfig) -> None:
+    """A ConfigError for per-agent LoRA adapters: verl trains one policy, which every agent shares."""
+    keys = [f"agents.{name}.lora" for name, agent in config.agents.items() if agent.lora is not None]
+    if keys:
+        raise ConfigError(
+            f"{', '.join(keys)}: backbone verl has no per-agent adapters (verl updates one policy that "
+            "every agent generates with); they need backbone torch, or remove the agents' lora blocks to "
+            "train with verl. What does carry over to verl: per-agent rewards (JudgeOutput(reward={agent: "
+            "value})) and trainable targets (rollout.trainable_targets)."
+        )
 
 
 def hydra_overrides(flat: Mapping[str, Any]) -> list[str]:
