@@ -13,7 +13,8 @@ per token) drives two workflows registered through a test plugin:
 
 `write_hint_run` adds a training-style run with one trajectory whose agent
 adds a hint message for one call and removes it again: two samples and a
-prefix break between them.
+prefix break between them. `write_werewolf_run` adds one of multi-agent
+games, each agent scored by the judge and generating with its own adapter.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from astuner.cli import make_app
 from astuner.core.task import WorkflowOutput
 from astuner.core.tokenizer import ChatTokenizer
 from astuner.core.tracker import ContextTracker
-from astuner.core.trajectory import Trajectory
+from astuner.core.trajectory import CallSampling, LLMCall, Trajectory
 from astuner.plugins import Plugins
 from astuner.rollout.workflow import Workflow
 from astuner.testing.conversations import SEARCH_TOOL, echo_assistant, react_turns
@@ -219,4 +220,66 @@ def write_hint_run(root: Path, source: Path) -> Path:
     (run / "rollouts" / "step_1.jsonl").write_text(
         hint_trajectory().model_dump_json() + "\n", encoding="utf-8"
     )
+    return run
+
+
+ADAPTERS = {"wolf": "wolf-lora", "seer": "seer-lora", "villager": None}
+# Per game: its group and each playing agent's reward. Group g2 has no wolf, and its seer wins both games.
+GAMES = [
+    ("g1", {"wolf": 1.1, "seer": 0.0, "villager": 0.0}),
+    ("g1", {"wolf": 0.0, "seer": 1.0, "villager": 1.0}),
+    ("g1", {"wolf": 0.5, "seer": 0.5, "villager": 0.0}),
+    ("g2", {"seer": 1.0, "villager": 0.0}),
+    ("g2", {"seer": 1.0, "villager": 1.0}),
+]
+
+
+def werewolf_trajectory(number: int, group: str, rewards: dict[str, float]) -> Trajectory:
+    """Two rounds in which each agent speaks once; an agent's second prompt extends its first call,
+    so each agent makes one sample. The reward is the mean of the agents' rewards."""
+    encode = qwen25_tokenizer().encode
+    calls: list[LLMCall] = []
+    last: dict[str, list[int]] = {}
+    for day in range(2):
+        for agent in rewards:
+            question = f"Day {day}: {agent}, who is the wolf?"
+            reply = f"I am the {agent} and I suspect player {number + day}."
+            prompt = last.get(agent, []) + encode(("\n" if day else "") + question)
+            response = encode(reply)
+            last[agent] = prompt + response
+            calls.append(
+                LLMCall(
+                    index=len(calls),
+                    agent_name=agent,
+                    messages=[{"role": "user", "content": question}],
+                    prompt_ids=prompt,
+                    response_ids=response,
+                    response_logprobs=[-0.5] * len(response),
+                    sampling=CallSampling(temperature=1.0, adapter=ADAPTERS[agent]),
+                    text=reply,
+                    content=reply,
+                    prompt_source="cumulative" if day else "template",
+                )
+            )
+    return Trajectory(
+        trajectory_id=f"game-{number}",
+        task_id=f"village-{group}",
+        group_id=group,
+        calls=calls,
+        reward=sum(rewards.values()) / len(rewards),
+        agent_rewards=rewards,
+        is_success=rewards.get("wolf", 0.0) > 0.5,
+    )
+
+
+def write_werewolf_run(root: Path, source: Path) -> Path:
+    """`root/werewolf/<run>` with `source`'s config (its tokenizer) and the `GAMES` as step 1."""
+    run = root / "werewolf" / "20260104-050607"
+    (run / "rollouts").mkdir(parents=True)
+    shutil.copy(source / "config.yaml", run / "config.yaml")
+    lines = [
+        werewolf_trajectory(k, group, rewards).model_dump_json() + "\n"
+        for k, (group, rewards) in enumerate(GAMES)
+    ]
+    (run / "rollouts" / "step_1.jsonl").write_text("".join(lines), encoding="utf-8")
     return run

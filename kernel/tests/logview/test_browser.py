@@ -3,7 +3,8 @@
 Runs -> trajectories -> token view on records written by a real debug run:
 hover a token and read its log-prob, check the colours of trained and
 untrained tokens, filters, escaping of model text, metrics charts, a
-20k-token trajectory, prefix-break markers. Screenshots are kept in `test-artifacts/`.
+20k-token trajectory, prefix-break markers, the list and the view per agent. Screenshots are kept
+in `test-artifacts/`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from logview_records import LONG_TURNS, SCRIPT, write_hint_run
+from logview_records import LONG_TURNS, SCRIPT, write_hint_run, write_werewolf_run
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need `pip install playwright`")
 expect = sync_api.expect
@@ -139,7 +140,8 @@ def test_model_text_shows_as_text(page, serve, record_root: Path) -> None:
     assert page.locator(".generated pre.content").first.inner_text() == f"You said: {SCRIPT}"
     assert SCRIPT in page.locator(".tokens").first.inner_text()
     assert page.evaluate("window.__pwned") is None
-    assert page.locator("script").count() == 1  # only app.js
+    sources = page.eval_on_selector_all("script", "scripts => scripts.map(s => s.getAttribute('src'))")
+    assert sources == ["/static/trajectory.js", "/static/metrics.js", "/static/app.js"]  # no inline script
 
 
 def test_filters_error_and_madness(page, serve, record_root: Path) -> None:
@@ -324,3 +326,44 @@ def test_runs_newest_first_with_their_status_fit_1280_pixels_and_steps_open_thei
         page.screenshot(path=str(ARTIFACTS / "logview-runs-status.png"))
     finally:
         context.close()
+
+
+def test_an_agent_picked_in_the_list_filters_it_and_the_trajectory(
+    page, serve, tmp_path: Path, calc_run: Path
+) -> None:
+    write_werewolf_run(tmp_path, calc_run)
+    page.goto(serve(tmp_path).url)  # the only run opens by itself
+    expect(page.locator(".trajectory-row")).to_have_count(5)
+    page.select_option("select[name=agent]", "wolf")
+    rows = page.locator(".trajectory-row")
+    expect(rows).to_have_count(3)
+    assert rows.locator("td.agents").all_inner_texts() == [
+        "wolf 1.10 · seer 0.00 · villager 0.00",
+        "wolf 0.00 · seer 1.00 · villager 1.00",
+        "wolf 0.50 · seer 0.50 · villager 0.00",
+    ]
+    assert set(rows.locator(".agent.chosen").all_inner_texts()) == {"wolf 1.10", "wolf 0.00", "wolf 0.50"}
+
+    rows.first.click()  # opens with the wolf's calls and sample only
+    page.wait_for_selector(".tok.trained")
+    turns = page.locator(".turn:visible")
+    expect(turns).to_have_count(2)
+    for head in turns.locator(".turn-head").all_inner_texts():
+        assert head.startswith("call ") and " · wolf · adapter wolf-lora · " in head and "advantage " in head
+    assert (
+        page.locator(".sample:visible .sample-head")
+        .all_inner_texts()[0]
+        .startswith("sample 0 · agent wolf · adapter wolf-lora · ")
+    )
+    assert page.locator(".agent-row.selected td").first.inner_text() == "wolf"
+    note = "showing wolf only: 4 calls and 2 samples of other agents hidden"
+    assert page.locator(".agent-note").all_inner_texts() == [note, note]
+    assert "agent=wolf" in page.url
+    page.screenshot(path=str(ARTIFACTS / "logview-agents.png"))
+
+    page.locator(".agent-row", has_text="villager").click()
+    expect(page.locator(".turn:visible .agent-tag")).to_have_text(["villager", "villager"])
+    assert "no adapter" in page.locator(".turn:visible .turn-head").first.inner_text()
+    page.locator(".agent-row", has_text="all agents").click()
+    expect(page.locator(".turn:visible")).to_have_count(6)
+    expect(page.locator(".sample:visible")).to_have_count(3)

@@ -6,8 +6,11 @@ Routes (all GET):
   shipped in `astuner/logview/static/`.
 - `/api/runs`: the run list.
 - `/api/trajectories?run=&offset=&limit=&step=&task=&min_reward=&max_reward=&success=&madness=&error=&agent=`:
-  a filtered page of trajectory summaries (`success`, `madness`, `error`: `yes`/`no`).
-- `/api/trajectory?run=&file=&line=`: one trajectory: conversation, token samples, advantage.
+  a filtered page of trajectory summaries (`success`, `madness`, `error`: `yes`/`no`; `agent`: those
+  in which that agent made a call, the reward bounds then applying to its own reward where the
+  judge scored agents), each with its agents and their rewards (`agent_rewards`).
+- `/api/trajectory?run=&file=&line=`: one trajectory: conversation, token samples, advantage, and
+  per agent its calls, adapters, reward and advantages; each call and sample names its agent and adapter.
 - `/api/metrics?run=`: the rows of `metrics.jsonl`, and the health checks they crossed.
 - `/api/file?run=&name=`: a text file inside the run folder (`config.yaml`, `astuner.log`), its last MiB.
 

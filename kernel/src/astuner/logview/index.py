@@ -49,7 +49,10 @@ class Summary:
     """What the trajectory list shows for one line of a rollout file.
 
     `score` is the reward as one number (the sum of per-step rewards);
-    `error` is the last line of the traceback; `turns` counts model calls.
+    `agent_rewards` the judge's reward per agent, when it scored agents on
+    their own; `error` is the last line of the traceback; `agents` names the
+    agents that made calls, in order of their first call; `turns` counts
+    model calls.
     """
 
     line: int
@@ -60,6 +63,7 @@ class Summary:
     group_id: str
     reward: float | list[float] | None
     score: float | None
+    agent_rewards: dict[str, float]
     is_success: bool | None
     madness: tuple[str, ...]
     error: str | None
@@ -74,6 +78,7 @@ class Summary:
             "group_id": self.group_id,
             "reward": self.reward,
             "score": self.score,
+            "agent_rewards": dict(self.agent_rewards),
             "is_success": self.is_success,
             "madness": list(self.madness),
             "error": self.error,
@@ -146,6 +151,7 @@ def summarize(line: bytes, number: int, offset: int) -> Summary:
         group_id=trajectory.group_id,
         reward=reward,
         score=score,
+        agent_rewards=trajectory.agent_rewards,
         is_success=trajectory.is_success,
         madness=tuple(trajectory.madness),
         error=error.strip().splitlines()[-1] if error and error.strip() else None,

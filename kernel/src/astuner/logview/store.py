@@ -45,7 +45,12 @@ class NotFound(LookupError):
 
 @dataclass
 class Filters:
-    """Trajectory list filters; None means "any"."""
+    """Trajectory list filters; None means "any".
+
+    `agent` keeps trajectories in which that agent made a call; with it, the
+    reward bounds apply to that agent's own reward where the judge scored
+    agents on their own (`Trajectory.agent_rewards`), else to the reward.
+    """
 
     step: str | None = None
     task: str | None = None
@@ -59,9 +64,10 @@ class Filters:
     def match(self, s: Summary) -> bool:
         if self.task and self.task.lower() not in s.task_id.lower():
             return False
-        if self.min_reward is not None and (s.score is None or s.score < self.min_reward):
+        score = s.agent_rewards.get(self.agent, s.score) if self.agent else s.score
+        if self.min_reward is not None and (score is None or score < self.min_reward):
             return False
-        if self.max_reward is not None and (s.score is None or s.score > self.max_reward):
+        if self.max_reward is not None and (score is None or score > self.max_reward):
             return False
         if self.success is not None and s.is_success is not self.success:
             return False

@@ -7,7 +7,10 @@ boundaries where one call's response starts inside a merged sample, and
 the prefix breaks: where a call's prompt stopped extending an earlier
 sample, marked in both samples at the first differing token.
 The advantage is computed over the trajectory's group with the run's
-estimator, as the trainer would for that group.
+estimator, as the trainer would for that group (per agent, when the judge
+scored agents on their own). Every call, sample and agent carries its
+agent's name and the LoRA adapter that generated it (None: no adapter, the
+policy or base model), so the page can show one agent at a time.
 """
 
 from __future__ import annotations
@@ -115,14 +118,21 @@ def break_markers(sample: Sample, breaks: Sequence[PrefixBreak]) -> list[dict[st
     return markers
 
 
+def adapter_of(call: LLMCall) -> str | None:
+    """The LoRA adapter that generated a call; None for none (or a record that did not keep it)."""
+    return call.sampling.adapter if call.sampling is not None else None
+
+
 def sample_view(
     sample: Sample, tokenizer: ChatTokenizer | None, breaks: Sequence[PrefixBreak] = ()
 ) -> dict[str, Any]:
     """One sample as columns of equal length `T`: ids, text (or null), mask, logprob (null off-mask),
-    and the prefix breaks to mark in it (see `break_markers`)."""
+    and the prefix breaks to mark in it (see `break_markers`); `adapters`: those of its calls."""
     logprobs = sample.old_logprobs
+    adapters = (s.adapter if s is not None else None for s in sample.response_sampling)
     return {
         "agent": sample.agent_name,
+        "adapters": list(dict.fromkeys(adapters)),
         "calls": sample.call_indices,
         "ids": sample.input_ids,
         "text": token_texts(tokenizer, sample.input_ids),
@@ -153,12 +163,13 @@ def _response(call: LLMCall) -> dict[str, Any]:
     }
 
 
-def conversation(calls: Sequence[LLMCall]) -> list[dict[str, Any]]:
+def conversation(calls: Sequence[LLMCall], advantages: dict[int, float]) -> list[dict[str, Any]]:
     """Each call's messages not already shown by the same agent's previous call, then its reply.
 
     A call usually repeats its agent's whole history; only what is new
     (tool results, user turns) is kept, and the previous reply, which comes
-    back as an assistant message, is not shown twice.
+    back as an assistant message, is not shown twice. `advantages` holds
+    each trained call's advantage by call index.
     """
     shown: dict[str, list[dict[str, Any]]] = {}
     turns = []
@@ -175,12 +186,44 @@ def conversation(calls: Sequence[LLMCall]) -> list[dict[str, Any]]:
             {
                 "call": call.index,
                 "agent": call.agent_name,
+                "adapter": adapter_of(call),
+                "advantage": advantages.get(call.index),
                 "tools": [t.get("function", t).get("name", "") for t in call.tools or []],
                 "messages": new,
                 "response": _response(call),
             }
         )
     return turns
+
+
+def call_advantages(samples: Sequence[Sample]) -> dict[int, float]:
+    """Each trained call's advantage by call index, read off its first generated token."""
+    return {call: s.advantages[a] for s in samples for a, b, call in s.response_spans if b > a}
+
+
+def agent_views(
+    trajectory: Trajectory, samples: Sequence[Sample], advantages: dict[int, float], flat: Sequence[str]
+) -> list[dict[str, Any]]:
+    """One entry per agent, in order of its first call (then agents the judge scored that made none):
+    its calls, adapters, samples, own reward (None without per-agent rewards), the advantages of its
+    trained calls, and whether its group had no reward variance (`flat`: the zero-variance groups)."""
+    calls: dict[str, list[LLMCall]] = {}
+    for call in trajectory.calls:
+        calls.setdefault(call.agent_name, []).append(call)
+    for name in trajectory.agent_rewards:
+        calls.setdefault(name, [])
+    return [
+        {
+            "name": name,
+            "calls": len(own),
+            "adapters": list(dict.fromkeys(adapter_of(c) for c in own)),
+            "samples": sum(s.agent_name == name for s in samples),
+            "reward": trajectory.agent_rewards.get(name),
+            "advantages": [advantages[c.index] for c in own if c.index in advantages],
+            "zero_variance": f"{trajectory.group_id}/{name}" in flat,
+        }
+        for name, own in calls.items()
+    ]
 
 
 def trajectory_view(
@@ -193,19 +236,29 @@ def trajectory_view(
     """Everything the trajectory page shows, with token ids replaced by the samples' columns."""
     samples, report = merge_trajectory(trajectory)
     advantage: dict[str, Any] = {"estimator": estimator, "group_size": len(group), "steps": None}
+    advantages: dict[int, float] = {}
+    flat: list[str] = []
     try:
         adv = compute_advantages(group, samples, estimator=estimator, gamma=gamma)
     except (KeyError, ValueError) as exc:
         advantage["error"] = str(exc)
     else:
         samples = adv.samples or samples
+        advantages, flat = call_advantages(adv.samples), adv.zero_variance_groups
         advantage["steps"] = adv.step_advantages.get(trajectory.trajectory_id)
-        advantage["zero_variance"] = trajectory.group_id in adv.zero_variance_groups
+    agents = agent_views(trajectory, samples, advantages, flat)
+    if "error" not in advantage:
+        scored = [a["zero_variance"] for a in agents if a["advantages"]]
+        advantage["zero_variance"] = (
+            bool(scored) and all(scored) if trajectory.agent_rewards else trajectory.group_id in flat
+        )
     return {
         "trajectory_id": trajectory.trajectory_id,
         "task_id": trajectory.task_id,
         "group_id": trajectory.group_id,
         "reward": trajectory.reward,
+        "agent_rewards": trajectory.agent_rewards,
+        "agents": agents,
         "is_success": trajectory.is_success,
         "madness": trajectory.madness,
         "error": trajectory.error,
@@ -222,6 +275,6 @@ def trajectory_view(
             "drifts": report.drifts,
             "breaks": [break_view(b) for b in report.breaks],
         },
-        "turns": conversation(trajectory.calls),
+        "turns": conversation(trajectory.calls, advantages),
         "samples": [sample_view(s, tokenizer, report.breaks) for s in samples],
     }
