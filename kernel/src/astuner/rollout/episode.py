@@ -43,6 +43,7 @@ from astuner.core.trajectory import Sample, Trajectory
 from astuner.errors import AstunerError
 from astuner.logs import get_logger
 from astuner.plugins import Plugins
+from astuner.rollout.agents import agent_plan
 from astuner.rollout.auxiliary import AuxiliaryModel, build_auxiliary_models
 from astuner.rollout.engine import SamplingParams
 from astuner.rollout.gateway import Gateway
@@ -94,6 +95,15 @@ class EpisodeSource:
                         sys.path.insert(0, folder)
                 cls._shared[key] = cls(load_config(path), Plugins())
             return cls._shared[key]
+
+    @property
+    def trainable_targets(self) -> tuple[str, ...]:
+        """The agents whose calls train (empty: every agent), as this worker's runners have them."""
+        if self.parts is None:
+            raise RuntimeError(
+                "trainable_targets is known once the first episode has built the rollout parts"
+            )
+        return agent_plan(self.config, self.parts.workflow.trainable_targets).trainable
 
     async def run(
         self, task: Task, engine: Any, sampling: SamplingParams, *, group_id: str = "", repeat: int = 0

@@ -43,7 +43,6 @@ from astuner.api import (
     Sample,
     Task,
     Trajectory,
-    agent_plan,
     get_logger,
     reward_of,
     sampling_from_config,
@@ -93,15 +92,10 @@ class AstunerAgentLoop(AgentLoopBase):
         trajectory, samples = await self.episodes.run(
             task, engine, sampling, group_id=str(kwargs.get("index"))
         )
-        output = self._output(trajectory, samples, kwargs, self._trainable_agents())
+        output = self._output(trajectory, samples, kwargs, self.episodes.trainable_targets)
         output.metrics = AgentLoopMetrics(generate_sequences=engine.seconds)
         output.extra_fields["astuner_seconds"] = time.perf_counter() - started
         return output
-
-    def _trainable_agents(self) -> tuple[str, ...]:
-        """The agents whose calls train (empty: every agent), as the worker's runner has them."""
-        workflow = self.episodes.parts.workflow  # type: ignore[union-attr]  # built by the worker's first run
-        return agent_plan(self.episodes.config, workflow.trainable_targets).trainable
 
     def _output(
         self, trajectory: Trajectory, samples: list[Sample], row: dict[str, Any], trainable: Sequence[str]
