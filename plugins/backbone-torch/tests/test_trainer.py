@@ -126,7 +126,7 @@ def test_kl_to_the_reference_is_zero_before_the_first_update(tiny_model_dir: Pat
     # The first half of the first update ran before any change: only the second half has KL.
     assert 0 < first["kl"] < second["kl"]
     # mini_batch_num=2: two optimizer steps per update
-    state = trainer.optimizer.state_dict()["state"]
+    state = trainer.learners[None].optimizer.state_dict()["state"]
     assert int(next(iter(state.values()))["step"]) == 4
 
 
@@ -162,7 +162,7 @@ def test_a_step_where_nothing_carries_a_gradient_still_steps_the_optimizer(tiny_
     before = weights(trainer)
     metrics = trainer.update(samples)
     assert metrics["micro_batches"] == 0 and metrics["skipped_samples"] == 4
-    assert int(next(iter(trainer.optimizer.state_dict()["state"].values()))["step"]) == 1
+    assert int(next(iter(trainer.learners[None].optimizer.state_dict()["state"].values()))["step"]) == 1
     # AdamW's decoupled weight decay moves the weights even with zero gradients, as without skipping.
     assert any(not torch.equal(a, b) for a, b in zip(before, weights(trainer), strict=True))
 
@@ -219,10 +219,10 @@ def test_a_non_finite_gradient_skips_the_step_and_stops_the_run_after_three(tiny
     before = weights(trainer)
     for in_a_row in (1, 2):
         metrics = trainer.update(poisoned)
-        assert metrics["skipped_updates"] == 1 and trainer.nonfinite_in_row == in_a_row
+        assert metrics["skipped_updates"] == 1 and trainer.learners[None].nonfinite_in_row == in_a_row
         for a, b in zip(before, weights(trainer), strict=True):
             assert torch.equal(a, b)  # the poisoned step left the weights alone
-    assert trainer.update(good)["skipped_updates"] == 0 and trainer.nonfinite_in_row == 0
+    assert trainer.update(good)["skipped_updates"] == 0 and trainer.learners[None].nonfinite_in_row == 0
     trainer.update(poisoned)
     trainer.update(poisoned)
     with pytest.raises(AstunerError, match="NaN or infinite in 3 optimizer steps in a row"):
@@ -335,7 +335,7 @@ def test_an_update_with_shared_prompts_ends_at_the_weights_of_one_without(
         )
         # Adam's first step is about lr x sign(gradient) down to |gradient| ~ eps: with the default
         # 1e-8, float noise of 1e-10 in a 1e-9 gradient would move a weight by 1e-3.
-        trainer.optimizer.param_groups[0]["eps"] = 1e-6
+        trainer.learners[None].optimizer.param_groups[0]["eps"] = 1e-6
         samples = with_old_logprobs(trainer, shared_prompt_groups())
         runs[share] = [trainer.update(samples, objective) for _ in range(2)], weights(trainer)
     (shared, w_shared), (whole, w_whole) = runs[True], runs[False]

@@ -49,3 +49,14 @@ class NanForTheFirstRollout:
         if workflow_task.group_id.endswith("-0") and workflow_task.repeat_index == 0:
             return float("nan"), False
         return float(output.reward), bool(output.is_success)
+
+
+class TwoAgents(Workflow):
+    """A wolf and a seer answer the task in turn, then a villager (who has no adapter of its own)."""
+
+    async def execute(self, workflow_task: WorkflowTask, model_tuner: ModelTuner) -> WorkflowOutput:
+        ids: list[int] = []
+        for agent in ("wolf", "seer", "villager"):
+            messages = [{"role": "user", "content": f"{agent}: {workflow_task.task.main_query}"}]
+            ids += (await model_tuner.for_agent(agent).chat(messages)).response_ids
+        return WorkflowOutput(reward=token_reward(ids), is_success=token_reward(ids) > 0.5)

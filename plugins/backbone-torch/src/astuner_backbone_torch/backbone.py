@@ -6,6 +6,10 @@ merge each trajectory's calls into samples, compute advantages per group,
 update the policy, then validate / checkpoint / log as configured. The
 experiment folder gets `rollouts/step_<n>.jsonl`, `metrics.jsonl`,
 `tensorboard/` and `checkpoints/step_<n>/`.
+
+With per-agent adapters (`agents.<name>.lora`) the policy holds one adapter
+per agent, the engine routes each agent's calls to its adapter, and each
+trained adapter learns from its own agent's samples (see `adapters`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from astuner.api import (
     Sample,
     Task,
     Trajectory,
+    agent_plan,
     append_trajectories,
     build_reader,
     canonical_estimator,
@@ -124,6 +129,13 @@ class TorchBackbone:
                 "that runs other engines (verl, trinity)."
             )
         on_vllm = config.rollout.engine == "vllm"
+        plan = agent_plan(config)
+        if on_vllm and plan.adapters:
+            raise ConfigError(
+                f"agents.<name>.lora gives agents {sorted(plan.adapters)} adapters of their own, which "
+                "backbone torch serves only from the policy in this process: set rollout.engine: "
+                "transformers (or auto), or remove the agents' lora blocks to roll out on vLLM."
+            )
         estimator = estimator_name(config)
         quiet_transformers()
         if settings.num_threads:
@@ -148,6 +160,7 @@ class TorchBackbone:
             need_reference=use_kl,
             weights=checkpoint.path if checkpoint else None,
             need_generator=not on_vllm,
+            plan=plan,
         )
         update_settings = UpdateSettings.from_config(
             config,
@@ -170,6 +183,7 @@ class TorchBackbone:
         health = HealthMonitor()
         try:
             async with rollout_stack(config, ctx.plugins, engine=engine, reader=reader) as runner:
+                _check_adapters(runner, policy)
                 if t.val_before_train and start == 0 and val_tasks:
                     began = time.perf_counter()
                     val_metrics, _ = await validate(runner, val_tasks, config, experiment, 0)
@@ -220,7 +234,8 @@ class TorchBackbone:
             engine: RolloutEngine = VllmRollout.start(config, ctx.plugins, policy, ctx.experiment.path)
         else:
             engine_reg = ctx.plugins.get("engine", "transformers")
-            engine = TransformersEngine(policy.generator, plugin_settings(config, engine_reg))
+            engine_settings = plugin_settings(config, engine_reg)
+            engine = TransformersEngine(policy.generator, engine_settings, adapters=policy.adapters)
             engine.tokenizer_path = resolve_model_dir(config.model.path)
         if start:
             await engine.weights_updated(start)
@@ -235,7 +250,7 @@ class TorchBackbone:
         estimator: str,
         config: AstunerConfig,
     ) -> dict[str, float]:
-        targets = runner.workflow.trainable_targets or None
+        targets = runner.trainable_targets or None
         samples, report = make_samples(trajectories, targets)
         advantages = compute_advantages(
             trajectories, samples, estimator=estimator, gamma=config.rollout.gamma
@@ -281,6 +296,7 @@ class TorchBackbone:
                 "data": stream.state_dict(),
                 "model_path": config.model.path,
                 "lora": policy.lora,
+                "adapters": list(policy.trained),
                 "experiment": config.experiment_name,
             },
         )
@@ -299,6 +315,20 @@ class TorchBackbone:
         set_rng_state(tensors["rng"])
         stream.load_state_dict(checkpoint.state["data"])
         return checkpoint.step
+
+
+def _check_adapters(runner: RolloutRunner, policy: Policy) -> None:
+    """The policy was loaded before the workflow, for the adapters the config alone trains; the runner's
+    plan also counts the workflow's trainable_targets, and must train the same ones."""
+    plan = runner.agents
+    if tuple(sorted(plan.trained_adapters)) == policy.trained and plan.adapters == policy.adapters:
+        return
+    raise ConfigError(
+        f"The workflow's trainable_targets {runner.workflow.trainable_targets} make agents "
+        f"{sorted(plan.trained_adapters)} train their adapters, but without them the config trains "
+        f"{list(policy.trained)}. Set rollout.trainable_targets to the agents that train "
+        f"(e.g. {sorted(plan.trained_adapters)})."
+    )
 
 
 def quiet_transformers() -> None:

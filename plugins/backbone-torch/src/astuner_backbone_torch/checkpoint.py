@@ -8,6 +8,14 @@ position, what was trained). It is written into a hidden temporary folder
 next to its final place and renamed into place last, so a run killed while
 saving leaves no folder that looks like a checkpoint; `trainer_state.json`
 must exist too for a folder to count.
+
+With per-agent adapters (`agents.<name>.lora`) the folder holds, instead of
+the model, each adapter trained this run in `adapters/<agent>/` (peft's
+`adapter_config.json` and `adapter_model.safetensors`; fixed adapters stay
+in the folders the config names), `trainer_state.pt` holds each adapter's
+optimizer and scheduler states under `adapters.<agent>`, and
+`trainer_state.json` lists the trained adapters (`adapters`). A run resumes
+only with the same trained adapters (`adapters.check_resumed_adapters`).
 """
 
 from __future__ import annotations

@@ -13,6 +13,12 @@ log-prob of each sampled token, and why it stopped.
 Prompts that continue what the engine already ran (an agent's next turn, a
 GRPO group's repeated prompt) start from the stored keys and values of it
 (`prefix_cache`); the store is emptied whenever the weights change.
+
+A model holding per-agent LoRA adapters (`agents.<name>.lora`) serves them
+(`adapter_names`): a request's `sampling.adapter` picks the adapter its
+batch generates with (a batch has one adapter; None: the base model with
+every adapter off), and each adapter has its own store of keys and values,
+as they differ between adapters.
 """
 
 from __future__ import annotations
@@ -21,14 +27,15 @@ import asyncio
 import contextlib
 import functools
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from astuner.api import Generation, SamplingParams
+from astuner.api import AstunerError, Generation, SamplingParams
+from astuner_backbone_torch.adapters import using_adapter
 from astuner_backbone_torch.decoding import DecodedRow, RunningBatch, Sampler
 from astuner_backbone_torch.prefix_cache import PrefixStore
 
@@ -73,7 +80,8 @@ class _Request:
     def answer(self, row: DecodedRow, version: int | None = None) -> None:
         """Resolve the request with `row`, sampled by weights `version` (from any thread, on the
         request's own event loop)."""
-        self._on_loop(_resolve, Generation(row.token_ids, row.logprobs, row.finish_reason, version))
+        generation = Generation(row.token_ids, row.logprobs, row.finish_reason, version, self.sampling)
+        self._on_loop(_resolve, generation)
 
     def fail(self, exc: Exception) -> None:
         self._on_loop(_fail, exc)
@@ -86,13 +94,23 @@ class _Request:
     @property
     def batch_key(self) -> tuple[Any, ...]:
         s = self.sampling
-        return (s.temperature, s.top_p, s.top_k, s.seed)
+        return (s.temperature, s.top_p, s.top_k, s.seed, s.adapter)
 
 
 class TransformersEngine:
-    """A token engine around a HuggingFace causal LM held in this process."""
+    """A token engine around a HuggingFace causal LM held in this process.
 
-    def __init__(self, model: Any, settings: TransformersEngineSettings | None = None) -> None:
+    `adapters`: the per-agent adapters `model` (a PeftModel) holds and serves
+    (`Policy.adapters`); empty: it generates with `model` as it is.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        settings: TransformersEngineSettings | None = None,
+        *,
+        adapters: Collection[str] = (),
+    ) -> None:
         import torch
 
         self.settings = settings or TransformersEngineSettings()
@@ -114,8 +132,9 @@ class TransformersEngine:
         # Training and generation share the weights; the trainer holds this
         # lock (through `changing_weights`) so no batch sees a half-updated model.
         self.weights_lock = threading.Lock()
-        tokens = self.settings.prefix_cache_tokens
-        self.prefixes: PrefixStore | None = PrefixStore(tokens) if tokens else None
+        self.adapter_names = frozenset(adapters)
+        # Keys and values by the adapter that computed them (None: the model without one).
+        self._prefix_stores: dict[str | None, PrefixStore] = {}
         self.batches_run = 0
         self.tokenizer_path: str | None = None
         # Policy updates applied to the weights so far; a trainer sets it after each (see `weights_updated`).
@@ -135,6 +154,18 @@ class TransformersEngine:
         engine.tokenizer_path = resolve_model_dir(config.model.path)
         return engine
 
+    @property
+    def prefixes(self) -> PrefixStore | None:
+        """The stored keys and values of calls without an adapter (None: `prefix_cache_tokens` is 0)."""
+        return self._prefix_store(None)
+
+    def _prefix_store(self, adapter: str | None) -> PrefixStore | None:
+        """The stored keys and values of `adapter`'s calls, each adapter's up to `prefix_cache_tokens`."""
+        tokens = self.settings.prefix_cache_tokens
+        if not tokens:
+            return None
+        return self._prefix_stores.setdefault(adapter, PrefixStore(tokens))
+
     @contextlib.contextmanager
     def changing_weights(self) -> Iterator[None]:
         """Hold generation off while the weights change; stored keys and values are stale after."""
@@ -142,8 +173,8 @@ class TransformersEngine:
             try:
                 yield
             finally:
-                if self.prefixes is not None:
-                    self.prefixes.clear()
+                for store in self._prefix_stores.values():
+                    store.clear()
 
     async def weights_updated(self, version: int) -> None:
         """The trainer changed the weights in place (they are shared): later batches are `version`."""
@@ -151,9 +182,8 @@ class TransformersEngine:
 
     def prompt_tokens(self) -> tuple[int, int]:
         """Prompt tokens asked for and actually run so far (both 0 without a prefix store)."""
-        if self.prefixes is None:
-            return (0, 0)
-        return (self.prefixes.requested_tokens, self.prefixes.computed_tokens)
+        stores = self._prefix_stores.values()
+        return (sum(s.requested_tokens for s in stores), sum(s.computed_tokens for s in stores))
 
     def prompt_reuse_since(self, before: tuple[int, int]) -> float:
         """The share of prompt tokens since `before` (from `prompt_tokens`) that came from the store."""
@@ -163,6 +193,12 @@ class TransformersEngine:
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
         if not prompt_ids:
             raise ValueError("generate() needs at least one prompt token")
+        if sampling.adapter is not None and sampling.adapter not in self.adapter_names:
+            held = ", ".join(sorted(self.adapter_names)) or "none"
+            raise AstunerError(
+                f"The transformers engine holds no adapter '{sampling.adapter}' (it holds: {held}). An "
+                f"agent's adapter comes from agents.{sampling.adapter}.lora under backbone torch."
+            )
         future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
         with self._queue_lock:
             self._queue.append(_Request(list(prompt_ids), sampling, future))
@@ -214,9 +250,10 @@ class TransformersEngine:
         admitted: list[_Request] = []
         self.batches_run += 1
         try:
-            with self.weights_lock:
+            with self.weights_lock, self._adapter(sampling.adapter):
                 version = self.policy_version
-                running = RunningBatch(self.model, sampler, self.pad_id, self.prefixes)
+                store = self._prefix_store(sampling.adapter)
+                running = RunningBatch(self.model, sampler, self.pad_id, store)
                 joining = batch
                 while joining or running:
                     if joining:
@@ -235,6 +272,11 @@ class TransformersEngine:
         except Exception as exc:  # one bad batch fails its requests, not the engine
             for request in admitted:
                 request.fail(exc)
+
+    def _adapter(self, name: str | None) -> contextlib.AbstractContextManager[Any]:
+        """The model generates with adapter `name` (None: the base, adapters off) when it serves
+        adapters; as it is otherwise."""
+        return using_adapter(self.model, name) if self.adapter_names else contextlib.nullcontext()
 
     async def aclose(self) -> None:
         self._executor.shutdown(wait=True)

@@ -9,6 +9,10 @@
   copy: the server holds it.
 - The **reference** (only when a KL loss is used) is the initial model:
   a frozen copy, or, with LoRA, the policy with its adapters switched off.
+
+With per-agent adapters (`agents.<name>.lora`, see `adapters`) the policy is
+the frozen base holding one adapter per agent; only the trained adapters'
+weights train, and the reference is the base with every adapter off.
 """
 
 from __future__ import annotations
@@ -22,7 +26,16 @@ from typing import Any
 
 import torch
 
-from astuner.api import AstunerConfig, AstunerError, ConfigError
+from astuner.api import AgentPlan, AstunerConfig, agent_plan
+from astuner_backbone_torch.adapters import (
+    adapter_parameters,
+    check_resumed_adapters,
+    naming,
+    peft_config,
+    save_adapters,
+    using_adapter,
+    with_agent_adapters,
+)
 from astuner_backbone_torch.dtype_probe import fastest_cpu_dtype
 from astuner_backbone_torch.models import resolve_model_dir
 from astuner_backbone_torch.settings import DType, TorchSettings
@@ -66,7 +79,12 @@ def resolve_dtype(name: DType, device: torch.device) -> torch.dtype:
 
 @dataclass
 class Policy:
-    """The trained model and its companions; see the module docstring."""
+    """The trained model and its companions; see the module docstring.
+
+    `lora`: only adapter weights train (`model.lora`, or per-agent adapters);
+    `trained`: the per-agent adapters that train, `adapters`: every per-agent
+    adapter the model holds (both empty without per-agent adapters).
+    """
 
     model: Any
     generator: Any
@@ -75,6 +93,8 @@ class Policy:
     device: torch.device
     train_dtype: torch.dtype
     lora: bool
+    trained: tuple[str, ...] = ()
+    adapters: frozenset[str] = frozenset()
 
     @classmethod
     def load(
@@ -85,23 +105,30 @@ class Policy:
         need_reference: bool,
         weights: Path | None = None,
         need_generator: bool = True,
+        plan: AgentPlan | None = None,
     ) -> Policy:
         """Build the models from `model.path`, or from a checkpoint folder `weights` when resuming.
 
         `need_generator=False` (rollouts on a server) makes no rollout copy: `generator` is the policy.
+        `plan`: the run's agents and their adapters (default: `agent_plan` of `config` alone).
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        plan = agent_plan(config) if plan is None else plan
+        if weights is not None:
+            check_resumed_adapters(weights, tuple(plan.trained_adapters))
         device = pick_device(settings.device)
         train_dtype = resolve_dtype(settings.train_dtype, device)
         base_dir = resolve_model_dir(config.model.path)
-        lora = config.model.lora.rank > 0
+        lora = config.model.lora.rank > 0 or bool(plan.adapters)
         source = base_dir if (weights is None or lora) else str(weights)
-        with _naming(source):
+        with naming(source):
             model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
         gen_dtype = generation_dtype(settings.gen_dtype, device, model) if need_generator else torch.float32
-        if lora:
-            with _naming(weights or base_dir):
+        if plan.adapters:
+            model = with_agent_adapters(model, plan, weights)
+        elif lora:
+            with naming(weights or base_dir):
                 model = _with_lora(model, config, weights)
         model.to(device)
         if settings.gradient_checkpointing:
@@ -115,14 +142,24 @@ class Policy:
             reference = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).to(device).eval()
             reference.requires_grad_(False)
         tokenizer = AutoTokenizer.from_pretrained(base_dir)
-        return cls(model, generator, reference, tokenizer, device, train_dtype, lora)
+        trained = tuple(sorted(plan.trained_adapters))
+        return cls(model, generator, reference, tokenizer, device, train_dtype, lora, trained, plan.adapters)
 
     @property
     def separate_generator(self) -> bool:
         return self.generator is not self.model
 
-    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+    def trainable_parameters(self, adapter: str | None = None) -> list[torch.nn.Parameter]:
+        """The weights that train: per-agent `adapter`'s, or all (every trained adapter's, with them)."""
+        if adapter is not None:
+            return adapter_parameters(self.model, adapter)
+        if self.trained:
+            return [p for name in self.trained for p in adapter_parameters(self.model, name)]
         return [p for p in self.model.parameters() if p.requires_grad]
+
+    def training_adapter(self, name: str) -> contextlib.AbstractContextManager[None]:
+        """The policy runs with per-agent adapter `name` (forward and backward of its update)."""
+        return using_adapter(self.model, name)
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """Autocast to `train_dtype` (a no-op for float32)."""
@@ -133,7 +170,7 @@ class Policy:
     def reference_model(self) -> Iterator[Any]:
         """The frozen initial model to compute reference log-probs with."""
         if self.lora:
-            with self.model.disable_adapter():
+            with using_adapter(self.model, None):
                 yield self.model
         elif self.reference is None:
             raise RuntimeError("no reference model: the policy was loaded without need_reference")
@@ -142,51 +179,35 @@ class Policy:
 
     @torch.no_grad()
     def sync_generator(self) -> None:
-        """Copy the updated weights into the rollout copy (only those that train)."""
+        """Copy the updated weights into the rollout copy (only those that train: every trained
+        adapter's, whichever is active)."""
         if not self.separate_generator:
+            return
+        if self.trained:
+            for name in self.trained:
+                sources = adapter_parameters(self.model, name)
+                for target, source in zip(adapter_parameters(self.generator, name), sources, strict=True):
+                    target.copy_(source)
             return
         for target, source in zip(self.generator.parameters(), self.model.parameters(), strict=True):
             if source.requires_grad:
                 target.copy_(source)
 
     def save(self, folder: Path) -> None:
-        """The weights (or the LoRA adapter) and the tokenizer, in HuggingFace format."""
-        self.model.save_pretrained(str(folder))
+        """The weights (or the LoRA adapter, or each trained per-agent adapter: `adapters`) and the
+        tokenizer, in HuggingFace format."""
+        if self.trained:
+            save_adapters(self.model, folder, self.trained)
+        else:
+            self.model.save_pretrained(str(folder))
         self.tokenizer.save_pretrained(str(folder))
 
 
-@contextlib.contextmanager
-def _naming(folder: str | Path) -> Iterator[None]:
-    """Errors while reading weights name the folder they came from (a corrupt file says only 'header')."""
-    try:
-        yield
-    except (AstunerError, ImportError):
-        raise
-    except Exception as exc:
-        raise AstunerError(
-            f"Cannot load the model weights in '{folder}': {type(exc).__name__}: {exc}. If it is a "
-            "checkpoint, its files may be truncated or corrupt: resume from an earlier checkpoint."
-        ) from exc
-
-
 def _with_lora(model: Any, config: AstunerConfig, weights: Path | None) -> Any:
-    try:
-        from peft import LoraConfig, PeftModel, get_peft_model
-    except ImportError as exc:
-        raise ConfigError(
-            "model.lora.rank is set but peft is not installed: pip install peft "
-            "(or set model.lora.rank: 0 to train all weights)."
-        ) from exc
+    """`model` with the one adapter of `model.lora`: new, or the checkpoint's `weights` when resuming."""
+    lora = peft_config(config.model.lora)  # first: a ConfigError when peft is missing
+    from peft import PeftModel, get_peft_model
+
     if weights is not None:
         return PeftModel.from_pretrained(model, str(weights), is_trainable=True)
-    lora = config.model.lora
-    return get_peft_model(
-        model,
-        LoraConfig(
-            r=lora.rank,
-            lora_alpha=lora.alpha,
-            lora_dropout=lora.dropout,
-            target_modules=lora.target_modules,
-            task_type="CAUSAL_LM",
-        ),
-    )
+    return get_peft_model(model, lora)

@@ -25,11 +25,15 @@ weights (they still count in the step's normaliser, so the update is the
 same as with them); and the output layer at untrained positions. Per-token
 statistics (entropy, clip fraction) are therefore over the samples that
 carry a gradient.
+
+With per-agent adapters (`agents.<name>.lora`) each trained adapter has a
+learner of its own (`learners.Learner`: optimizer, schedule, non-finite
+counter), and an update trains each adapter, active, on the samples of its
+own agent only; an agent without samples that step is left as it was.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,8 +41,9 @@ from typing import Any, Literal
 
 import torch
 
-from astuner.api import AstunerConfig, AstunerError, Sample, get_logger
+from astuner.api import AstunerConfig, Sample, get_logger
 from astuner_backbone_torch.batching import MicroBatch, make_micro_batches
+from astuner_backbone_torch.learners import Learner, UpdateStats
 from astuner_backbone_torch.losses import (
     StepNorm,
     aggregate,
@@ -114,65 +119,25 @@ class UpdateSettings:
         )
 
 
-class _Totals:
-    """Token-weighted sums of per-token statistics over a step."""
-
-    def __init__(self) -> None:
-        self.sums: dict[str, float] = {}
-        self.tokens = 0.0
-
-    def add(self, mask: torch.Tensor, **values: torch.Tensor) -> None:
-        self.tokens += float(mask.sum())
-        for name, value in values.items():
-            self.sums[name] = self.sums.get(name, 0.0) + float((value.detach() * mask).sum())
-
-    def means(self) -> dict[str, float]:
-        return {name: total / self.tokens if self.tokens else 0.0 for name, total in self.sums.items()}
-
-
-class _Mismatch:
-    """How far the engine's log-probs are from the trainer's, on the same sampled tokens, at the
-    weights the update started from (both should be the same policy)."""
-
-    def __init__(self) -> None:
-        self.tokens = 0.0
-        self.abs_gap = 0.0
-        self.max_gap = 0.0
-        self.kl = 0.0
-
-    def add(self, trainer: torch.Tensor, engine: torch.Tensor, mask: torch.Tensor) -> None:
-        gap = (engine - trainer) * mask
-        self.tokens += float(mask.sum())
-        self.abs_gap += float(gap.abs().sum())
-        self.max_gap = max(self.max_gap, float(gap.abs().max())) if gap.numel() else self.max_gap
-        # The tokens were drawn from the engine: the mean of log(p_engine / p_trainer) estimates
-        # KL(engine || trainer).
-        self.kl += float(gap.sum())
-
-    def metrics(self) -> dict[str, float]:
-        if not self.tokens:
-            return {}
-        return {
-            "rollout_logprob_gap": self.abs_gap / self.tokens,
-            "rollout_logprob_gap_max": self.max_gap,
-            "rollout_kl": self.kl / self.tokens,
-        }
-
-
 class PolicyTrainer:
-    """Owns the optimizer and scheduler of a `Policy` and updates it."""
+    """Owns the learners of a `Policy` (one, or one per trained adapter: `learners` by adapter name,
+    None for the policy's one) and updates it."""
 
     def __init__(self, policy: Policy, settings: UpdateSettings) -> None:
         self.policy = policy
         self.settings = settings
-        self.nonfinite_in_row = 0
-        self.optimizer = torch.optim.AdamW(
-            policy.trainable_parameters(), lr=settings.lr, weight_decay=settings.weight_decay
-        )
-        warmup = settings.lr_warmup_steps
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
-        )
+        names: list[str | None] = [*policy.trained] or [None]
+        self.learners: dict[str | None, Learner] = {
+            name: Learner(
+                policy.trainable_parameters(name),
+                lr=settings.lr,
+                weight_decay=settings.weight_decay,
+                warmup_steps=settings.lr_warmup_steps,
+                max_nonfinite=settings.max_nonfinite_updates,
+                name=name,
+            )
+            for name in names
+        }
         pad = policy.tokenizer.pad_token_id
         self.pad_id: int = pad if pad is not None else (policy.tokenizer.eos_token_id or 0)
         self._split_models: dict[int, tuple[Any, Any] | None] = {}
@@ -293,21 +258,42 @@ class PolicyTrainer:
         `objective`: `policy_gradient` (PPO-clip on the samples' advantages,
         plus KL when configured) or `likelihood` (supervised fine-tuning: the
         negative log-likelihood of every trained token; advantages unused).
+        With per-agent adapters, each trained adapter learns from its agent's
+        samples (`sample.agent_name`); the metrics are the totals and, per
+        adapter, its own under `<agent>/`; `samples_without_adapter` counts
+        samples of agents that train no adapter (skipped).
         """
+        self.policy.model.train()
+        stats: dict[str | None, UpdateStats] = {}
+        if None in self.learners:
+            stats[None] = self._learn(self.learners[None], samples, objective)
+        else:
+            for name in self.policy.trained:
+                own = [x for x in samples if x.agent_name == name]
+                if own:
+                    with self.policy.training_adapter(name):
+                        stats[name] = self._learn(self.learners[name], own, objective)
+        self.policy.model.eval()
+        self.policy.sync_generator()
+        total = UpdateStats()
+        for part in stats.values():
+            total.merge(part)
+        metrics = total.metrics()
+        if self.policy.trained:
+            metrics["samples_without_adapter"] = sum(1 for x in samples if x.agent_name not in self.learners)
+            for name, part in stats.items():
+                metrics.update({f"{name}/{key}": value for key, value in part.metrics().items()})
+        return metrics
+
+    def _learn(self, learner: Learner, samples: Sequence[Sample], objective: Objective) -> UpdateStats:
+        """`mini_batch_num` optimizer steps of `learner` on `samples`, the model as it is set up to run."""
         s = self.settings
-        model = self.policy.model
-        totals, mismatch = _Totals(), _Mismatch()
-        metrics: dict[str, float] = dict.fromkeys(
-            ("loss", "micro_batches", "padded_tokens", "real_tokens", "skipped_samples", "skipped_updates"),
-            0.0,
-        )
-        grad_norms: list[float] = []
-        model.train()
-        share = s.share_prompt_prefix and self._shares_prefix(model)
+        stats = UpdateStats(tokens_trained=sum(sum(x.loss_mask[1:]) for x in samples))
+        share = s.share_prompt_prefix and self._shares_prefix(self.policy.model)
         parts = []
         for part in _split(list(samples), s.mini_batch_num):
             carrying = [x for x in part if objective == "likelihood" or self._carries_gradient(x)]
-            metrics["skipped_samples"] += len(part) - len(carrying)
+            stats.counts["skipped_samples"] += len(part) - len(carrying)
             batches = make_micro_batches(
                 carrying, s.max_tokens, self.pad_id, share_prefix=share, temperature=s.temperature
             )
@@ -320,67 +306,40 @@ class PolicyTrainer:
         )
         began = time.perf_counter()
         for number, (norm, batches) in enumerate(parts, 1):
-            self.optimizer.zero_grad(set_to_none=True)
+            learner.optimizer.zero_grad(set_to_none=True)
             for index, batch in enumerate(batches, 1):
                 _progress(index, len(batches), number, len(parts), batch.real_tokens, began)
                 batch = batch.to(self.policy.device)
                 if objective == "likelihood":
-                    loss, stats = self.likelihood_loss(batch, norm)
+                    loss, batch_stats = self.likelihood_loss(batch, norm)
                 else:
                     ref = self.reference_logprobs(batch) if s.use_kl_loss else None
                     at_start = before[number - 2][index - 1] if number > 1 and before else None
-                    loss, stats = self.loss(batch, norm, ref, at_start)
-                    trainer_now = stats.pop("trainer_logprobs")
+                    loss, batch_stats = self.loss(batch, norm, ref, at_start)
+                    trainer_now = batch_stats.pop("trainer_logprobs")
                     trainer_at_start = trainer_now if number == 1 else at_start
                     if batch.old_logprobs is not None and trainer_at_start is not None:
-                        mismatch.add(trainer_at_start, batch.old_logprobs, batch.mask)
+                        stats.mismatch.add(trainer_at_start, batch.old_logprobs, batch.mask)
                 loss.backward()
-                totals.add(batch.mask, **stats)
-                metrics["loss"] += float(loss.detach())
-                metrics["micro_batches"] += 1
-                metrics["padded_tokens"] += batch.padded_tokens
-                metrics["real_tokens"] += batch.real_tokens
-            for p in self.policy.trainable_parameters():
-                if p.grad is None:  # nothing carried a gradient: AdamW still steps, as with zeros
-                    p.grad = torch.zeros_like(p)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.trainable_parameters(), s.grad_clip)
-            if not math.isfinite(float(grad_norm)):  # a NaN/inf loss or gradient: never step on it
-                self._skip_nonfinite_update(float(grad_norm))
-                metrics["skipped_updates"] += 1
-                continue
-            self.nonfinite_in_row = 0
-            grad_norms.append(float(grad_norm))
-            self.optimizer.step()
-        metrics["lr"] = self.scheduler.get_last_lr()[0]
-        if grad_norms:  # the schedule counts optimizer steps: none ran when every one was skipped
-            self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        model.eval()
-        self.policy.sync_generator()
-        metrics["grad_norm"] = max(grad_norms) if grad_norms else 0.0
-        metrics["tokens_trained"] = sum(sum(x.loss_mask[1:]) for x in samples)
-        metrics.update(totals.means())
-        metrics.update(mismatch.metrics())
-        return metrics
+                stats.totals.add(batch.mask, **batch_stats)
+                stats.counts["loss"] += float(loss.detach())
+                stats.counts["micro_batches"] += 1
+                stats.counts["padded_tokens"] += batch.padded_tokens
+                stats.counts["real_tokens"] += batch.real_tokens
+            grad_norm = learner.step(s.grad_clip)
+            if grad_norm is None:
+                stats.counts["skipped_updates"] += 1
+            else:
+                stats.grad_norms.append(grad_norm)
+        stats.lr = learner.scheduler.get_last_lr()[0]
+        if stats.grad_norms:  # the schedule counts optimizer steps: none ran when every one was skipped
+            learner.scheduler.step()
+        learner.optimizer.zero_grad(set_to_none=True)
+        return stats
 
     @torch.no_grad()
     def _logprobs_before(self, batch: MicroBatch) -> torch.Tensor:
         return self.logprobs(self.policy.model, batch.to(self.policy.device))[0]
-
-    def _skip_nonfinite_update(self, grad_norm: float) -> None:
-        """Drop this optimizer step's gradient; stop the run after too many in a row."""
-        self.optimizer.zero_grad(set_to_none=True)
-        self.nonfinite_in_row += 1
-        limit = self.settings.max_nonfinite_updates
-        get_logger().warning(
-            "non-finite gradient: optimizer step skipped", grad_norm=grad_norm, in_a_row=self.nonfinite_in_row
-        )
-        if self.nonfinite_in_row >= limit:
-            raise AstunerError(
-                f"The loss or gradient was NaN or infinite in {limit} optimizer steps in a row "
-                f"(torch.max_nonfinite_updates); the run stops before the weights are harmed. Look for "
-                "non-finite log-probs or rewards in the last steps' records, or lower the learning rate."
-            )
 
     def _carries_gradient(self, sample: Sample) -> bool:
         """False when the sample's loss is 0 at any weights: advantage 0 on all trained tokens, no KL."""
@@ -389,11 +348,18 @@ class PolicyTrainer:
         return any(a != 0.0 for a, m in zip(sample.advantages, sample.loss_mask, strict=True) if m)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        """The learners' states: `optimizer` and `scheduler`, or, with per-agent adapters, those of each
+        under `adapters.<agent>`."""
+        if None in self.learners:
+            return self.learners[None].state_dict()
+        return {"adapters": {name: learner.state_dict() for name, learner in self.learners.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        if None in self.learners:
+            self.learners[None].load_state_dict(state)
+            return
+        for name, learner in self.learners.items():
+            learner.load_state_dict(state["adapters"][name])
 
 
 def _progress(index: int, count: int, part: int, parts: int, tokens: int, began: float) -> None:
