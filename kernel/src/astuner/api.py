@@ -93,7 +93,7 @@ if TYPE_CHECKING:
     )
     from astuner.rollout.episode import EpisodeSource, reward_of
     from astuner.rollout.runner import RolloutRunner
-    from astuner.rollout.stack import rollout_stack, runner_settings_from_config
+    from astuner.rollout.stack import RolloutParts, rollout_stack, runner_settings_from_config
 
 # Names whose modules pull in the rollout gateway (fastapi, uvicorn) or numpy:
 # resolved by `__getattr__` on first use rather than when a plugin registers.
@@ -106,6 +106,7 @@ _LAZY: dict[str, str] = {
     "EpisodeSource": "astuner.rollout.episode",
     "reward_of": "astuner.rollout.episode",
     "RolloutRunner": "astuner.rollout.runner",
+    "RolloutParts": "astuner.rollout.stack",
     "rollout_stack": "astuner.rollout.stack",
     "runner_settings_from_config": "astuner.rollout.stack",
 }
@@ -220,6 +221,7 @@ __all__ = [  # noqa: RUF022
     "estimator_names",
     "compute_advantages",
     "reward_of",
+    "RolloutParts",
     "rollout_stack",
     "runner_settings_from_config",
 ]

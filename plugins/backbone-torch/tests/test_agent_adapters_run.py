@@ -67,3 +67,19 @@ def test_a_run_trains_each_agents_adapter_and_resumes_them(app, workdir: Path, t
     result = CliRunner().invoke(app, ["run", "--conf", str(conf), "--backbone", "torch", *other])
     assert result.exit_code != 0
     assert "holds adapters of ['seer'], which this run does not train" in result.output
+
+    # The workflow's own trainable_targets pick the adapters that train; the seer's fixed one generates.
+    workflow = ["-o", "rollout.agentscope_workflow=tiny_workflows->WolfTrains"]
+    result = CliRunner().invoke(
+        app, ["run", "--conf", str(conf), "--backbone", "torch", *once, *fixed, *workflow]
+    )
+    assert result.exit_code == 0, result.output
+    latest = max(run_folders(workdir, "agents"))
+    (metrics,) = [json.loads(line) for line in (latest / "metrics.jsonl").read_text().splitlines()]
+    assert "actor/wolf/tokens_trained" in metrics and not any(k.startswith("actor/seer/") for k in metrics)
+    calls = [c for t in read_trajectories(latest / "rollouts" / "step_1.jsonl") for c in t.calls]
+    assert {(c.agent_name, c.sampling.adapter, c.trainable) for c in calls} == {
+        ("wolf", "wolf", True),
+        ("seer", "seer", False),
+        ("villager", None, False),
+    }

@@ -11,6 +11,8 @@ import os
 import time
 from pathlib import Path
 
+from pydantic import Field
+
 from astuner import ModelTuner, Workflow, WorkflowOutput, WorkflowTask
 
 
@@ -60,3 +62,9 @@ class TwoAgents(Workflow):
             messages = [{"role": "user", "content": f"{agent}: {workflow_task.task.main_query}"}]
             ids += (await model_tuner.for_agent(agent).chat(messages)).response_ids
         return WorkflowOutput(reward=token_reward(ids), is_success=token_reward(ids) > 0.5)
+
+
+class WolfTrains(TwoAgents):
+    """`TwoAgents` whose workflow, not the config, says that only the wolf trains."""
+
+    trainable_targets: list[str] = Field(default_factory=lambda: ["wolf"])

@@ -170,15 +170,20 @@ async def rollout_stack(
     max_parallel: int | None = None,
     auxiliary: Mapping[str, AuxiliaryModel] | None = None,
     reader: TaskReader | None = None,
+    parts: RolloutParts | None = None,
 ) -> AsyncIterator[RolloutRunner]:
     """A ready `RolloutRunner`; the gateway, the environments (and engines built here) stop on exit.
 
     The auxiliary models of `config.auxiliary_models` are built here, once,
     unless `auxiliary` hands them in already built (they then stay open).
     A backbone that has built the reader for its tasks hands it in as
-    `reader`, so that it is not built twice.
+    `reader`, so that it is not built twice; one that needed the workflow
+    before its engine (its `trainable_targets` decide which adapters to
+    load) hands in the `parts` it built, and closes them itself.
     """
-    parts = RolloutParts.build(config, plugins, reader)
+    own_parts = parts is None
+    if parts is None:
+        parts = RolloutParts.build(config, plugins, reader)
     own_engine = engine is None
     try:
         if own_engine:
@@ -196,6 +201,7 @@ async def rollout_stack(
                 max_parallel=max_parallel,
             )
     finally:
-        await parts.aclose()
+        if own_parts:
+            await parts.aclose()
         if own_engine and hasattr(engine, "aclose"):
             await engine.aclose()

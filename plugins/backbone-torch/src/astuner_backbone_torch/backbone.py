@@ -30,6 +30,7 @@ from astuner.api import (
     ConfigError,
     HealthMonitor,
     MergeReport,
+    RolloutParts,
     RolloutRunner,
     RunContext,
     Sample,
@@ -118,9 +119,7 @@ class TorchBackbone:
         return found.path if found is not None else None
 
     async def train(self, ctx: RunContext) -> None:
-        config, experiment, settings = ctx.config, ctx.experiment, self.settings
-        t = config.trainer_common
-        log = get_logger(backbone="torch")
+        config, settings = ctx.config, self.settings
         if config.rollout.engine not in ROLLOUT_ENGINES:
             raise ConfigError(
                 f"rollout.engine is '{config.rollout.engine}', but backbone 'torch' rolls out with the "
@@ -129,18 +128,33 @@ class TorchBackbone:
                 "that runs other engines (verl, trinity)."
             )
         on_vllm = config.rollout.engine == "vllm"
-        plan = agent_plan(config)
-        if on_vllm and plan.adapters:
+        if on_vllm and agent_plan(config).adapters:
             raise ConfigError(
-                f"agents.<name>.lora gives agents {sorted(plan.adapters)} adapters of their own, which "
-                "backbone torch serves only from the policy in this process: set rollout.engine: "
-                "transformers (or auto), or remove the agents' lora blocks to roll out on vLLM."
+                f"agents.<name>.lora gives agents {sorted(agent_plan(config).adapters)} adapters of their "
+                "own, which backbone torch serves only from the policy in this process: set "
+                "rollout.engine: transformers (or auto), or remove the agents' lora blocks to roll out "
+                "on vLLM."
             )
         estimator = estimator_name(config)
         quiet_transformers()
         if settings.num_threads:
             torch.set_num_threads(settings.num_threads)
         reader = build_reader(config, ctx.plugins)
+        # The workflow loads before the model: its trainable_targets decide which adapters train.
+        parts = RolloutParts.build(config, ctx.plugins, reader)
+        try:
+            await self._train(ctx, reader, parts, estimator, on_vllm)
+        finally:
+            await parts.aclose()
+
+    async def _train(
+        self, ctx: RunContext, reader: Any, parts: RolloutParts, estimator: str, on_vllm: bool
+    ) -> None:
+        """The run itself, on the workflow, judge and checks of `parts`."""
+        config, experiment, settings = ctx.config, ctx.experiment, self.settings
+        t = config.trainer_common
+        log = get_logger(backbone="torch")
+        plan = agent_plan(config, parts.workflow.trainable_targets)
         stream = TaskStream(
             _tasks(reader.read("train"), "train", config), config.data.train_batch_size, t.seed
         )
@@ -182,8 +196,7 @@ class TorchBackbone:
         sampling = sampling_from_config(config)
         health = HealthMonitor()
         try:
-            async with rollout_stack(config, ctx.plugins, engine=engine, reader=reader) as runner:
-                _check_adapters(runner, policy)
+            async with rollout_stack(config, ctx.plugins, engine=engine, parts=parts) as runner:
                 if t.val_before_train and start == 0 and val_tasks:
                     began = time.perf_counter()
                     val_metrics, _ = await validate(runner, val_tasks, config, experiment, 0)
@@ -315,20 +328,6 @@ class TorchBackbone:
         set_rng_state(tensors["rng"])
         stream.load_state_dict(checkpoint.state["data"])
         return checkpoint.step
-
-
-def _check_adapters(runner: RolloutRunner, policy: Policy) -> None:
-    """The policy was loaded before the workflow, for the adapters the config alone trains; the runner's
-    plan also counts the workflow's trainable_targets, and must train the same ones."""
-    plan = runner.agents
-    if tuple(sorted(plan.trained_adapters)) == policy.trained and plan.adapters == policy.adapters:
-        return
-    raise ConfigError(
-        f"The workflow's trainable_targets {runner.workflow.trainable_targets} make agents "
-        f"{sorted(plan.trained_adapters)} train their adapters, but without them the config trains "
-        f"{list(policy.trained)}. Set rollout.trainable_targets to the agents that train "
-        f"(e.g. {sorted(plan.trained_adapters)})."
-    )
 
 
 def quiet_transformers() -> None:
