@@ -1,0 +1,162 @@
+"""The werewolves game: five AgentScope ReActAgents, one learner per role.
+
+Every player is a `ReActAgent` (no tools, one reasoning step) whose model is
+`model_tuner.for_agent(role)`: both wolves' calls are tagged `wolf` and train
+one learner (one LoRA adapter on backbone torch), the seer's `seer`, the
+villagers' `villager`. A moderator runs the phases of game.py; what a player
+hears goes into its memory (AgentScope's multi-agent formatter shows it as
+the conversation history), so a player sees the public game so far and its
+own secrets: the wolves each other's picks, the seer its checks.
+
+The output's metadata holds the deal, the game log (one entry per speech,
+pick, check, vote, kill and lynch) and the winner: the judge (judge.py)
+scores each role from it, and the log viewer shows it beside the calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from agentscope.agent import ReActAgent
+from agentscope.formatter import DashScopeMultiAgentFormatter
+from agentscope.memory import InMemoryMemory
+from agentscope.message import Msg
+from agentscope.tool import Toolkit
+from game import choose, fallback, most_votes, winner
+
+from astuner import ModelTuner, Workflow, WorkflowOutput, WorkflowTask
+
+RULES = """You are {name}, a {role} in a game of werewolves with {others}.
+Two wolves hide among the five players. Each day everyone speaks, then votes to lynch one player.
+Each night the wolves kill one player and the seer learns one player's role.
+The village wins when both wolves are dead; the wolves win when they are as many as the others.
+{goal}"""
+
+GOALS = {
+    "wolf": "Your fellow wolf is {partner}. Stay hidden and get the others killed.",
+    "seer": "Find the wolves and tell the village.",
+    "villager": "Find the wolves and vote them out.",
+}
+
+
+def make_player(name: str, players: dict[str, str], model: ModelTuner) -> ReActAgent:
+    role = players[name]
+    partner = next((p for p, r in players.items() if r == "wolf" and p != name), "")
+    others = ", ".join(p for p in players if p != name)
+    goal = GOALS[role].format(partner=partner)
+    agent = ReActAgent(
+        name=name,
+        sys_prompt=RULES.format(name=name, role=role, others=others, goal=goal),
+        model=model.for_agent(role),
+        formatter=DashScopeMultiAgentFormatter(),
+        toolkit=Toolkit(),
+        memory=InMemoryMemory(),
+        max_iters=1,
+    )
+    agent.set_console_output_enabled(False)
+    return agent
+
+
+class Game:
+    """One game: the players, who is alive, and the log of everything that happened."""
+
+    def __init__(self, seed: str, players: dict[str, str], model: ModelTuner) -> None:
+        self.seed, self.roles = seed, players
+        self.agents = {name: make_player(name, players, model) for name in players}
+        self.alive = list(players)
+        self.log: list[dict[str, Any]] = []
+        self.round = 0
+
+    async def tell(self, names: Sequence[str], text: str) -> None:
+        msg = Msg("Moderator", text, "user")
+        for name in names:
+            await self.agents[name].observe(msg)
+
+    async def speak(self, name: str, listeners: Sequence[str]) -> str:
+        """`name`'s reply to what it has heard; `listeners` hear it too."""
+        reply = await self.agents[name].reply()
+        for other in listeners:
+            if other != name:
+                await self.agents[other].observe(reply)
+        return reply.get_text_content() or ""
+
+    async def pick(self, kind: str, name: str, candidates: list[str], listeners: Sequence[str]) -> dict:
+        """`name` picks one of `candidates`: the log entry of the pick (its `target`, and whether
+        the reply named one itself or fell back)."""
+        text = await self.speak(name, listeners)
+        target, valid = choose(text, candidates, self.seed, f"{self.round}:{kind}:{name}")
+        return {
+            "round": self.round,
+            "kind": kind,
+            "player": name,
+            "target": target,
+            "valid": valid,
+            "text": text,
+        }
+
+    def die(self, kind: str, name: str) -> None:
+        self.alive.remove(name)
+        self.log.append({"round": self.round, "kind": kind, "player": name, "role": self.roles[name]})
+
+    async def day(self) -> None:
+        living = ", ".join(self.alive)
+        await self.tell(self.alive, f"Day {self.round}. Alive: {living}. Each of you says one short line.")
+        for name in self.alive:
+            text = await self.speak(name, self.alive)
+            self.log.append({"round": self.round, "kind": "speech", "player": name, "text": text})
+        await self.tell(self.alive, "Vote: whom do you lynch? Answer with one name.")
+        # a secret ballot: the votes are cast at once (one batch for the engine)
+        ballots = [self.pick("vote", name, [p for p in self.alive if p != name], ()) for name in self.alive]
+        votes = await asyncio.gather(*ballots)
+        self.log.extend(votes)
+        top = most_votes({vote["player"]: vote["target"] for vote in votes})
+        if len(top) == 1:
+            self.die("lynch", top[0])
+            news = f"{top[0]} is lynched. {top[0]} was a {self.roles[top[0]]}."
+        else:
+            news = f"The vote is tied between {' and '.join(top)}: nobody is lynched."
+        await self.tell(self.alive, news)
+
+    async def night(self) -> None:
+        wolves = [p for p in self.alive if self.roles[p] == "wolf"]
+        prey = [p for p in self.alive if self.roles[p] != "wolf"]
+        await self.tell(wolves, f"Night {self.round}. Wolves, whom do you kill: {', '.join(prey)}?")
+        picks = [await self.pick("kill_vote", wolf, prey, wolves) for wolf in wolves]
+        self.log.extend(picks)
+        seer = [p for p in self.alive if self.roles[p] == "seer"]
+        for name in seer:
+            others = [p for p in self.alive if p != name]
+            await self.tell([name], f"Night {self.round}. Seer, whom do you check: {', '.join(others)}?")
+            check = await self.pick("check", name, others, ())
+            self.log.append(check)
+            checked = check["target"]
+            verdict = "a wolf" if self.roles[checked] == "wolf" else "not a wolf"
+            await self.tell([name], f"{checked} is {verdict}.")
+        top = most_votes({pick["player"]: pick["target"] for pick in picks})
+        victim = top[0] if len(top) == 1 else fallback(self.seed, f"{self.round}:kill", top)
+        self.die("kill", victim)
+        await self.tell(self.alive, f"Night {self.round} is over. {victim} was killed by the wolves.")
+
+    async def play(self) -> str:
+        while True:
+            self.round += 1
+            for phase in (self.day, self.night):
+                await phase()
+                result = winner(self.roles, self.alive)
+                if result is not None:
+                    return result
+
+
+class WerewolvesWorkflow(Workflow):
+    name: str = "werewolves"
+
+    async def execute(self, workflow_task: WorkflowTask, model_tuner: ModelTuner) -> WorkflowOutput:
+        task = workflow_task.task
+        game = Game(task.metadata["seed"], task.metadata["players"], model_tuner)
+        won = await game.play()
+        return WorkflowOutput(
+            response=f"The {won} win after {game.round} round(s); alive: {', '.join(game.alive)}.",
+            metadata={"players": game.roles, "winner": won, "rounds": game.round, "log": game.log},
+        )

@@ -1,0 +1,198 @@
+"""The werewolves example: its deals, rules and per-role judge, a scripted game, and a debug run."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from astuner import Task, WorkflowOutput
+from astuner.config import load_config
+from astuner.record import read_trajectories
+from astuner.rollout.agents import agent_plan
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "werewolves"
+DEAL = {"Alice": "villager", "Bob": "wolf", "Carol": "seer", "Dave": "wolf", "Erin": "villager"}
+
+
+@pytest.fixture(scope="module")
+def example() -> Iterator[dict[str, ModuleType]]:
+    """game.py, judge.py and workflow.py, imported as the kernel does: from the example's folder."""
+    names = ("game", "judge", "workflow")  # workflow.py imports `game` by this name
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        yield {name: importlib.import_module(name) for name in names}
+    finally:
+        sys.path.remove(str(EXAMPLE))
+        for name in names:
+            sys.modules.pop(name, None)
+
+
+class Scripted:
+    """A model handle whose players all say `text`, whatever they are asked; `for_agent` as ModelTuner's."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def for_agent(self, role: str) -> Any:
+        from agentscope.message import TextBlock
+        from agentscope.model import ChatModelBase, ChatResponse
+
+        text = self.text
+
+        class Model(ChatModelBase):
+            async def __call__(self, messages: list[dict[str, Any]], **kwargs: Any) -> ChatResponse:
+                return ChatResponse(content=[TextBlock(type="text", text=text)])
+
+        return Model(model_name=role, stream=False)
+
+
+def play(example: dict[str, ModuleType], text: str) -> Any:
+    game = example["workflow"].Game("train-0", dict(DEAL), Scripted(text))
+    return game, asyncio.run(game.play())
+
+
+def test_the_config_trains_wolf_and_seer_each_on_an_adapter() -> None:
+    config = load_config(EXAMPLE / "werewolves.yaml")
+    assert config.model.path == "builtin:smollm2-135m-instruct"
+    assert config.backbone == "debug"
+    assert config.task_reader.type == "game->WerewolvesReader"
+    assert config.task_judge.judge_protocol == "judge->WerewolvesJudge"
+    plan = agent_plan(config)
+    assert plan.trainable == ("wolf", "seer")
+    assert {name: lora.rank for name, lora in plan.trained_adapters.items()} == {"wolf": 8, "seer": 8}
+
+
+def test_the_reader_deals_the_same_roles_every_time(example: dict[str, ModuleType]) -> None:
+    reader = example["game"].WerewolvesReader(train_size=20, validation_size=5)
+    train = list(reader.read("train"))
+    assert train == list(example["game"].WerewolvesReader(train_size=20).read("train"))
+    assert [t.task_id for t in train[:2]] == ["werewolves-train-0", "werewolves-train-1"]
+    for task in train:
+        players = task.metadata["players"]
+        assert sorted(players.values()) == ["seer", "villager", "villager", "wolf", "wolf"]
+        assert task.main_query.endswith(", ".join(players) + ".")
+    deals = {tuple(t.metadata["players"].items()) for t in train}
+    assert len(deals) == 20  # names and roles vary from task to task
+    validation = list(reader.read("validation"))
+    assert [t.metadata["seed"] for t in validation] == [f"validation-{i}" for i in range(5)]
+
+
+def test_a_choice_is_the_first_valid_name_a_reply_mentions(example: dict[str, ModuleType]) -> None:
+    game = example["game"]
+    candidates = ["Alice", "Bob", "Dave"]
+    assert game.mentioned("I think dave did it, or Bob.", candidates) == "Dave"
+    assert game.mentioned("Carol said Bob!", candidates) == "Bob"  # Carol is not a candidate
+    assert game.mentioned("Bobby and Alicea", candidates) is None  # whole names only
+    assert game.choose("Vote: Alice", candidates, "s", "1:vote:Bob") == ("Alice", True)
+    name, valid = game.choose("I like turtles", candidates, "s", "1:vote:Bob")
+    assert not valid and name in candidates
+    # the fallback is fixed by the task's seed and the phase and player, whatever the order of candidates
+    assert all(game.fallback("s", "1:vote:Bob", candidates[::-1]) == name for _ in range(3))
+    fallbacks = {game.fallback(seed, "1:vote:Bob", candidates) for seed in map(str, range(30))}
+    assert fallbacks == set(candidates)
+
+
+def test_win_conditions_and_vote_counts(example: dict[str, ModuleType]) -> None:
+    game = example["game"]
+    assert game.winner(DEAL, list(DEAL)) is None
+    assert game.winner(DEAL, ["Alice", "Carol", "Erin"]) == "village"  # both wolves dead
+    assert game.winner(DEAL, ["Alice", "Bob", "Dave", "Erin"]) == "wolves"  # 2 wolves, 2 others
+    assert game.winner(DEAL, ["Alice", "Bob", "Carol"]) is None  # 1 wolf, 2 others
+    assert game.winner(DEAL, ["Alice", "Bob"]) == "wolves"
+    assert game.most_votes({"Alice": "Bob", "Carol": "Bob", "Dave": "Alice"}) == ["Bob"]
+    assert game.most_votes({"Alice": "Bob", "Bob": "Alice"}) == ["Alice", "Bob"]  # a tie
+
+
+def test_a_village_that_names_the_wolves_lynches_both(example: dict[str, ModuleType]) -> None:
+    game, won = play(example, "Bob is a wolf, and so is Dave.")
+    assert won == "village" and game.round == 2
+    deaths = [(e["kind"], e["player"]) for e in game.log if e["kind"] in ("kill", "lynch")]
+    assert deaths[0] == ("lynch", "Bob") and deaths[-1] == ("lynch", "Dave")
+    (check,) = [e for e in game.log if e["kind"] == "check"]
+    assert check["player"] == "Carol" and check["target"] in ("Bob", "Dave")
+    seer_memory = asyncio.run(game.agents["Carol"].memory.get_memory())
+    assert any(m.name == "Moderator" and "is a wolf." in m.get_text_content() for m in seer_memory)
+    wolf_picks = [e for e in game.log if e["kind"] == "kill_vote"]
+    assert wolf_picks and not any(e["valid"] for e in wolf_picks)  # a wolf may not pick a wolf: fallback
+
+
+def test_nonsense_replies_still_finish_the_game_reproducibly(example: dict[str, ModuleType]) -> None:
+    game, won = play(example, "The weather is nice.")
+    again, won_again = play(example, "The weather is nice.")
+    assert (won, game.log) == (won_again, again.log)
+    assert game.round <= 2
+    choices = [e for e in game.log if "valid" in e]
+    assert choices and not any(e["valid"] for e in choices)
+
+
+def test_the_judge_rewards_each_role(example: dict[str, ModuleType]) -> None:
+    game, won = play(example, "Bob is a wolf, and so is Dave.")
+    output = WorkflowOutput(metadata={"players": DEAL, "winner": won, "rounds": game.round, "log": game.log})
+    verdict = asyncio.run(example["judge"].WerewolvesJudge().judge(Task(task_id="t"), output))
+    assert verdict.is_success
+    (killed,) = [e["player"] for e in game.log if e["kind"] == "kill"]  # night 1: one of the village
+    villager_votes = [e for e in game.log if e["kind"] == "vote" and DEAL[e["player"]] == "villager"]
+    assert len(villager_votes) == (3 if DEAL[killed] == "villager" else 4)  # all on Bob, then Dave
+    expected = {"wolf": -1.0 + 0.1, "seer": 1.0 + 0.1, "villager": 1.0 + 0.1 * len(villager_votes)}
+    assert verdict.reward == pytest.approx(expected)
+    assert verdict.metrics["village_won"] == 1.0 and verdict.metrics["rounds"] == 2.0
+    assert verdict.metrics["wolves_lynched"] == 2.0
+    # Dave, the wolf left, names no one he may pick: at night (a wolf), on day 2 (himself, dead Bob)
+    assert verdict.metrics["invalid_votes"] == 2.0
+    lost = example["judge"].role_rewards(DEAL, "wolves", [{"kind": "kill", "player": "Alice"}])
+    assert lost == pytest.approx({"wolf": 1.1, "seer": -1.0, "villager": -1.0})
+
+
+def test_debug_run_tags_calls_by_role_and_rewards_each(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """`astuner run --backbone debug` of the example on a tiny random-weight model (noise replies)."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "astuner",
+            "run",
+            "--conf",
+            "examples/werewolves/werewolves.yaml",
+            "--backbone",
+            "debug",
+            "-o",
+            f"model.path={tiny_model_dir}",
+            "-o",
+            "rollout.max_response_length_in_one_turn=16",
+            "-o",
+            f"experiment_dir={tmp_path / 'records'}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    (rollout_file,) = (tmp_path / "records").glob("werewolves/*/rollouts/debug.jsonl")
+    trajectories = list(read_trajectories(rollout_file))
+    assert len(trajectories) == 2
+    for trajectory in trajectories:
+        assert trajectory.error is None, trajectory.error
+        assert set(trajectory.agent_rewards) == {"wolf", "seer", "villager"}
+        roles = {call.agent_name for call in trajectory.calls}
+        assert roles <= {"wolf", "seer", "villager"} and {"wolf", "villager"} <= roles
+        for call in trajectory.calls:
+            assert call.trainable == (call.agent_name in ("wolf", "seer"))
+            assert call.response_ids and len(call.response_ids) <= 16
+    line = json.loads(rollout_file.read_text(encoding="utf-8").splitlines()[0])
+    game = line["metadata"]["workflow_output"]["metadata"]  # the game, for the judge and the viewer
+    assert game["players"] == line["metadata"]["task"]["metadata"]["players"]
+    assert {e["kind"] for e in game["log"]} >= {"speech", "vote"}
+    votes = [e for e in game["log"] if e["kind"] == "vote"]
+    assert all(e["target"] in game["players"] and e["target"] != e["player"] for e in votes)
+    assert line["metrics"]["invalid_votes"] == sum(not e["valid"] for e in game["log"] if "valid" in e)
