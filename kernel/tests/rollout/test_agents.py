@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Sequence
 
 import pytest
+from structlog.testing import capture_logs
 
 from astuner import Task, Workflow, WorkflowOutput
 from astuner.config import AstunerConfig
@@ -114,8 +115,11 @@ def test_calls_go_to_their_agent_s_adapter_and_only_adapters_train(qwen25) -> No
     assert trajectory.agent_rewards == rewards and trajectory.reward == 0.75 and trajectory.is_success
 
 
-def test_an_engine_without_adapters_runs_every_agent_on_its_weights(qwen25) -> None:
-    trajectory = run_village(qwen25, ScriptedEngine, {"wolf": 1.0, "seer": 0.0}, **ADAPTERS)
+def test_an_engine_without_adapters_runs_every_agent_on_its_weights_and_says_so(qwen25) -> None:
+    with capture_logs() as logs:
+        trajectory = run_village(qwen25, ScriptedEngine, {"wolf": 1.0, "seer": 0.0}, **ADAPTERS)
+    (warning,) = [log for log in logs if log["event"] == "agents without their adapters"]
+    assert warning["agents"] == ["seer", "wolf"] and "ScriptedEngine" in warning["why"]
     assert {c.sampling.adapter for c in trajectory.calls} == {None}
     assert [c.trainable for c in trajectory.calls] == [True, True, False]
 

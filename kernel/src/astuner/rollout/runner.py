@@ -401,12 +401,13 @@ def _agent_plan(config: Any, workflow: LoadedWorkflow, engine: Any) -> AgentPlan
     if not isinstance(config, AstunerConfig):
         return AgentPlan(tuple(workflow.trainable_targets))
     plan = agent_plan(config, workflow.trainable_targets)
-    if plan.adapters and engine is not None and not isinstance(engine, ServesAdapters):
+    unserved = plan.adapters - _served_adapters(engine)
+    if unserved and engine is not None:
         get_logger().warning(
             "agents without their adapters",
-            agents=sorted(plan.adapters),
-            why=f"engine {type(engine).__name__} holds no LoRA adapters: every agent generates with its "
-            "weights (agents.<name>.lora needs backbone torch)",
+            agents=sorted(unserved),
+            why=f"engine {type(engine).__name__} does not hold their LoRA adapters: they generate with "
+            "its own weights (agents.<name>.lora needs backbone torch)",
         )
     return plan
 
