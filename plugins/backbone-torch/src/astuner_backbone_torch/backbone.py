@@ -357,6 +357,8 @@ def _brief(metrics: dict[str, float]) -> dict[str, float]:
         "step_s",
         "train/tool_call_rate",
         "train/tool_parse_failures",
+        "win_rate",
+        "response_tokens_mean",
     )
     return {k: round(v, 4) for k, v in metrics.items() if any(part in k for part in keep)}
 
