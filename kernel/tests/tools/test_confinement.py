@@ -299,8 +299,9 @@ def test_a_cgroup_kills_what_escaped_the_process_group() -> None:
     marker = f"333.{uuid.uuid4().int % 10**6}"
     join = f"echo $$ > {scope.path}/cgroup.procs && exec setsid sleep {marker}"
     subprocess.Popen(["sh", "-c", join], start_new_session=True)
+    # setsid forks when its caller leads a process group: wait until the sleep itself runs in the scope.
     deadline = time.monotonic() + 5
-    while not scope.pids() and time.monotonic() < deadline:
+    while not (scope.pids() and processes_with(marker)) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert processes_with(marker)
     scope.close()
