@@ -166,7 +166,7 @@ def test_per_agent_rewards_are_grouped_per_agent_across_the_repeats():
         ("b", "seer"): 0.0,
     }
     # the seer's rewards are equal: a zero-variance group of its own, its samples carry 0
-    assert report.zero_variance_groups == ["g/seer"]
+    assert report.zero_variance_groups == ["g/seer"] and report.groups == 3
     assert report.step_advantages["a"] == [0.5, 0.0, 2.0]
     dropped = _run(games, estimator="dr_grpo", drop_zero_variance=True)
     assert {s.agent_name for s in dropped.samples} == {"wolf", "villager"} and dropped.dropped_samples == 2

@@ -44,6 +44,7 @@ def test_a_run_trains_each_agents_adapter_and_resumes_them(app, workdir: Path, t
     for agent in ("wolf", "seer"):
         assert metrics[f"actor/{agent}/tokens_trained"] > 0
     assert metrics["actor/samples_without_adapter"] == 0  # the villager's calls never became samples
+    assert 0.0 <= metrics["train/zero_adv_group_frac"] <= 1.0  # a share of the task-and-agent groups
     calls = [c for t in read_trajectories(run / "rollouts" / "step_1.jsonl") for c in t.calls]
     assert {(c.agent_name, c.sampling.adapter, c.trainable) for c in calls} == {
         ("wolf", "wolf", True),

@@ -187,14 +187,16 @@ class AdvantageReport:
     `samples`: the samples kept, with `advantages` filled in;
     `step_advantages`: per trajectory id, the advantage of each of its
     steps (trainable calls that generated tokens), in call order;
-    `zero_variance_groups`: group ids whose scores were all equal (with
-    per-agent rewards, `<group_id>/<agent>`);
+    `groups`: how many groups the estimator saw (with per-agent rewards,
+    one per task and agent); `zero_variance_groups`: the group ids among
+    them whose scores were all equal (with per-agent rewards, `<group_id>/<agent>`);
     `dropped_samples`: samples left out (unscored trajectories, calls of
     agents the judge gave no reward, and zero-variance groups when dropping them).
     """
 
     samples: list[Sample] = field(default_factory=list)
     step_advantages: dict[str, list[float]] = field(default_factory=dict)
+    groups: int = 0
     zero_variance_groups: list[str] = field(default_factory=list)
     dropped_samples: int = 0
 
@@ -266,6 +268,7 @@ def compute_advantages(
         report.dropped_samples = len(samples)
         return report
     group_ids = sorted({u.group for u in units})
+    report.groups = len(group_ids)
     index = {g: i for i, g in enumerate(group_ids)}
     group = np.array([index[u.group] for u in units], dtype=np.int64)
     scores = np.array([u.returns[0] if u.returns.size else 0.0 for u in units], dtype=np.float64)

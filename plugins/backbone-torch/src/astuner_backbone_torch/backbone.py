@@ -268,11 +268,10 @@ class TorchBackbone:
         advantages = compute_advantages(
             trajectories, samples, estimator=estimator, gamma=config.rollout.gamma
         )
-        groups = len({tr.group_id for tr in trajectories}) or 1
         metrics: dict[str, float] = rollout_metrics(trajectories, "train")
         metrics.update(
             {
-                "train/zero_adv_group_frac": len(advantages.zero_variance_groups) / groups,
+                "train/zero_adv_group_frac": len(advantages.zero_variance_groups) / (advantages.groups or 1),
                 "train/samples": len(advantages.samples),
                 "train/calls_merged": report.calls,
                 "train/merge_ratio": report.reduction,
