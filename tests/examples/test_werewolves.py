@@ -28,6 +28,8 @@ DEAL = {"Alice": "villager", "Bob": "wolf", "Carol": "seer", "Dave": "wolf", "Er
 def example() -> Iterator[dict[str, ModuleType]]:
     """game.py, judge.py and workflow.py, imported as the kernel does: from the example's folder."""
     names = ("game", "judge", "workflow")  # workflow.py imports `game` by this name
+    for name in names:  # another example's `workflow` module, imported earlier in this process
+        sys.modules.pop(name, None)
     sys.path.insert(0, str(EXAMPLE))
     try:
         yield {name: importlib.import_module(name) for name in names}
