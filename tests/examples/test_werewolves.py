@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from astuner import Task, WorkflowOutput
 from astuner.config import load_config
 from astuner.record import read_trajectories
 from astuner.rollout.agents import agent_plan
+from astuner.testing.records import rollout_rows
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "werewolves"
@@ -191,7 +191,7 @@ def test_debug_run_tags_calls_by_role_and_rewards_each(tiny_model_dir: Path, tmp
         for call in trajectory.calls:
             assert call.trainable == (call.agent_name in ("wolf", "seer"))
             assert call.response_ids and len(call.response_ids) <= 16
-    line = json.loads(rollout_file.read_text(encoding="utf-8").splitlines()[0])
+    line = rollout_rows(rollout_file)[0]
     game = line["metadata"]["workflow_output"]["metadata"]  # the game, for the judge and the viewer
     assert game["players"] == line["metadata"]["task"]["metadata"]["players"]
     assert {e["kind"] for e in game["log"]} >= {"speech", "vote"}

@@ -9,12 +9,13 @@ fragments are taken from the tutorial's text verbatim.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import yaml
 from seedtext import GSM8K, code_blocks, indent, needs_seeds, run_seed
+
+from astuner.testing.records import rollout_rows
 
 pytestmark = [needs_seeds, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -86,7 +87,7 @@ def test_the_seed_000_agent_runs_on_the_debug_backbone(tmp_path: Path) -> None:
     ):
         assert err.count(notice) == 1, notice
     (records,) = (tmp_path / "launcher_record" / "git-math-agentscope").glob("*/rollouts/debug.jsonl")
-    (trajectory,) = [json.loads(line) for line in records.read_text().splitlines()]
+    (trajectory,) = rollout_rows(records)
     assert trajectory["error"] is None
     assert trajectory["calls"] and all(call["response_ids"] for call in trajectory["calls"])
     # AgentScope's structured output: the model is offered the generate_response tool

@@ -11,13 +11,14 @@ whose opening lines (first message, interaction message) are this test's.
 
 from __future__ import annotations
 
-import json
 import socket
 from pathlib import Path
 
 import pytest
 import yaml
 from seedtext import code_blocks, indent, needs_seeds, run_seed
+
+from astuner.testing.records import rollout_rows
 
 pytestmark = [needs_seeds, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -73,7 +74,7 @@ def test_the_seed_001_agent_plays_the_reference_environment(tmp_path: Path) -> N
     assert err.count("is the built-in 'env_service' today") == 1
     assert err.count("'rollout.agentscope_disable_toolcalls' is now 'rollout.disable_toolcalls'") == 1
     (records,) = (tmp_path / "launcher_record" / "appworld").glob("*/rollouts/debug.jsonl")
-    (trajectory,) = [json.loads(line) for line in records.read_text().splitlines()]  # debug_first_n_tasks: 1
+    (trajectory,) = rollout_rows(records)  # debug_first_n_tasks: 1
     assert trajectory["error"] is None
     turns = trajectory["metadata"]["env_steps"]
     assert 1 <= len(turns) <= 3 and len(trajectory["calls"]) == len(turns)

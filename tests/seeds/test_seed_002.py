@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from seedtext import GSM8K, code_blocks, leaves, merged_yaml, needs_seeds, run_s
 from astuner import compat
 from astuner.config_errors import yaml_line
 from astuner.testing.cli import run_astuner
+from astuner.testing.records import rollout_rows
 
 pytestmark = [needs_seeds, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -46,7 +46,7 @@ def test_the_seed_002_agent_runs_on_the_debug_backbone(tmp_path: Path) -> None:
     assert err.count("No text message will be sent when the run ends") == 1
     assert "TWILIO_ACCOUNT_SID" in err
     (records,) = (tmp_path / "launcher_record" / "math_agent").glob("*/rollouts/debug.jsonl")
-    trajectories = [json.loads(line) for line in records.read_text().splitlines()]
+    trajectories = rollout_rows(records)
     assert len(trajectories) == 2  # debug_first_n_tasks' default
     for trajectory in trajectories:
         assert trajectory["error"] is None

@@ -1,6 +1,5 @@
 """`astuner run --backbone debug`: rollouts on the first tasks, a table, and a rollout file."""
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +9,7 @@ from typer.testing import CliRunner
 
 from astuner.record import read_trajectories
 from astuner.testing.counting import count_builds
+from astuner.testing.records import rollout_rows
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -85,7 +85,7 @@ def test_react_agent_on_smollm2_over_arith(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "arith-validation-00001" in result.stdout
     (rollout_file,) = (tmp_path / "records").glob("smoke/*/rollouts/debug.jsonl")
-    lines = [json.loads(line) for line in rollout_file.read_text().splitlines()]
+    lines = rollout_rows(rollout_file)
     assert len(lines) == 2
     for line in lines:
         assert line["error"] is None, line["error"]
