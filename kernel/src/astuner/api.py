@@ -35,6 +35,7 @@ from astuner.core.health import HealthMonitor
 from astuner.core.madness import MadnessCheck
 from astuner.core.merge import MergeReport, merge_trajectory
 from astuner.core.metrics import agent_metrics, pass_at_k, rollout_metrics, scalar_reward, succeeded
+from astuner.core.one_temperature import other_temperature_warning, untrain_other_temperatures
 from astuner.core.task import JudgeOutput, Task, WorkflowOutput, WorkflowTask
 from astuner.core.tokenizer import (
     BUILTIN_PREFIX,
@@ -151,6 +152,8 @@ __all__ = [  # noqa: RUF022
     "Sample",
     "Trajectory",
     "merge_trajectory",
+    "untrain_other_temperatures",
+    "other_temperature_warning",
     "agent_metrics",
     "pass_at_k",
     "rollout_metrics",
