@@ -19,9 +19,11 @@ pytest.importorskip("verl")
 import hydra
 from astuner_backbone_verl.backbone import AGENT_LOOP_CLASS
 from omegaconf import OmegaConf
+from structlog.testing import capture_logs
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
 from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.workers.rollout.replica import TokenOutput
+from verl_workflows import COOLER
 
 from astuner.core.merge import merge_trajectory
 from astuner.core.task import Task
@@ -77,7 +79,11 @@ def _trainer_config(prompt_length: int = 256, response_length: int = 128) -> Any
     return OmegaConf.create(
         {
             "actor_rollout_ref": {
-                "rollout": {"prompt_length": prompt_length, "response_length": response_length},
+                "rollout": {
+                    "prompt_length": prompt_length,
+                    "response_length": response_length,
+                    "temperature": 1.0,
+                },
             },
             "data": {"apply_chat_template_kwargs": {}},
         }
@@ -139,6 +145,40 @@ def test_a_full_episode_becomes_one_verl_sequence(astuner_config: Path) -> None:
     assert 0 in out.response_mask  # the user turn between the two replies is not trained
     assert tokenizer.decode([out.response_ids[i] for i in generated]).endswith("42<|im_end|>")
     assert out.extra_fields["astuner_samples_dropped"] == 0
+
+
+def test_a_call_sampled_at_another_temperature_than_verl_trains_at_stays_untrained(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """verl's actor recomputes log-probs at rollout.temperature (1.0 here): the first reply, sampled there,
+    trains; the second, sampled at COOLER, stays in the sequence with mask 0; the worker warns once."""
+    EpisodeSource._shared.clear()
+    config = _write_config(tmp_path, tiny_model_dir, workflow="cooler_second_turn")
+    tokenizer = qwen25_tokenizer()
+    server = ScriptedServer(tokenizer)
+    loop = _instantiate(config, server, tokenizer, _trainer_config())
+    task = Task(task_id="t4", main_query="What is 6 * 7?", metadata={"answer": "42"})
+    first_reply = len(tokenizer.encode("Let me think.", add_special_tokens=False)) + 1
+    answer = tokenizer.encode("42<|im_end|>", add_special_tokens=False)
+    with capture_logs() as logs:
+        outs = [asyncio.run(loop.run({"temperature": 1.0}, **_row(task))) for _ in range(2)]
+    assert [r["temperature"] for r in server.requests] == [1.0, COOLER] * 2
+    for out in outs:
+        assert out.response_ids[-len(answer) :] == answer  # kept in the sequence ...
+        assert out.response_logprobs[-len(answer) :] == [LOGPROB] * len(answer)
+        # ... and not trained: only the first reply carries loss
+        assert out.response_mask == [1] * first_reply + [0] * (len(out.response_mask) - first_reply)
+        assert out.extra_fields["astuner_untrained_calls"] == 1
+        assert out.reward_score == 1.0
+    (warning,) = [log for log in logs if "recomputes log-probs" in log["event"]]
+    assert warning["log_level"] == "warning"
+    assert "rollout.temperature = 1" in warning["event"] and f"temperature {COOLER}" in warning["event"]
+    assert "backbone torch" in warning["event"]
+
+    # a run verl starts at another temperature (validation at val_kwargs) is not trained: nothing is masked
+    validation = asyncio.run(loop.run({"temperature": COOLER}, **_row(task)))
+    assert sum(validation.response_mask) == first_reply + len(answer)
+    assert "astuner_untrained_calls" not in validation.extra_fields
 
 
 def test_a_prompt_over_verl_limit_comes_back_untrained(astuner_config: Path) -> None:

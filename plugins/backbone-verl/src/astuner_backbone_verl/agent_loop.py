@@ -22,10 +22,19 @@ cannot change that key, so it makes each group one agent's instead: every
 run of a group hands over the sample of the same agent, with that agent's
 own reward. The agent is picked from the uid among the trainable agents the
 judge scored, so over the prompts of a step every such agent trains.
+
+One temperature: verl's actor recomputes every log-prob at
+`actor_rollout_ref.rollout.temperature`, so a call the workflow sampled at
+another (a per-call override) gets loss mask 0: it stays in the sequence
+but is not trained. `extra_fields["astuner_untrained_calls"]` counts such
+calls per run, and the worker warns once. Only runs verl starts at that
+temperature are checked: the others (validation at `val_kwargs`, REMAX's
+greedy baseline) are not trained.
 """
 
 from __future__ import annotations
 
+import math
 import time
 import zlib
 from collections.abc import Sequence
@@ -44,13 +53,17 @@ from astuner.api import (
     Task,
     Trajectory,
     get_logger,
+    other_temperature_warning,
     reward_of,
     sampling_from_config,
+    untrain_other_temperatures,
 )
 from astuner_backbone_verl.server_engine import VerlServerEngine
 from astuner_backbone_verl.translate import AGENT_LOOP_NAME
 
 TASK_FIELD = "astuner_task"
+UNTRAINED_FIELD = "astuner_untrained_calls"
+TEMPERATURE_KEY = "actor_rollout_ref.rollout.temperature"
 
 
 @register(AGENT_LOOP_NAME)
@@ -79,6 +92,7 @@ class AstunerAgentLoop(AgentLoopBase):
         rollout = self.config.actor_rollout_ref.rollout
         self.prompt_length = int(rollout.prompt_length)
         self.response_length = int(rollout.response_length)
+        self.trained_at = float(rollout.temperature)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         started = time.perf_counter()
@@ -92,21 +106,32 @@ class AstunerAgentLoop(AgentLoopBase):
         trajectory, samples = await self.episodes.run(
             task, engine, sampling, group_id=str(kwargs.get("index"))
         )
-        output = self._output(trajectory, samples, kwargs, self.episodes.trainable_targets)
+        given = sampling_params.get("temperature")
+        training = given is None or math.isclose(float(given), self.trained_at)
+        output = self._output(trajectory, samples, kwargs, self.episodes.trainable_targets, training=training)
         output.metrics = AgentLoopMetrics(generate_sequences=engine.seconds)
         output.extra_fields["astuner_seconds"] = time.perf_counter() - started
         return output
 
     def _output(
-        self, trajectory: Trajectory, samples: list[Sample], row: dict[str, Any], trainable: Sequence[str]
+        self,
+        trajectory: Trajectory,
+        samples: list[Sample],
+        row: dict[str, Any],
+        trainable: Sequence[str],
+        *,
+        training: bool = True,
     ) -> AgentLoopOutput:
-        """verl's sequence of the run: its first sample, or with per-agent rewards its group agent's."""
+        """verl's sequence of the run: its first sample, or with per-agent rewards its group agent's;
+        in a `training` run, its calls sampled at another temperature than verl's trainer's masked out."""
         agent = group_agent(trajectory, trainable, str(row.get("uid") or trajectory.task_id))
         reward = reward_of(trajectory, agent)
         kept = samples if agent is None else [s for s in samples if s.agent_name == agent]
         extra: dict[str, Any] = {"astuner_samples_dropped": len(samples) - len(kept[:1])}
         if kept:
             sample = kept[0]
+            if training:
+                sample = self._at_trained_temperature(sample, trajectory, extra)
             start = sample.response_spans[0][0]
             if start <= self.prompt_length:
                 response = slice(start, start + self.response_length)
@@ -131,6 +156,19 @@ class AstunerAgentLoop(AgentLoopBase):
             "verl sample not trained", task=trajectory.task_id, reason=extra["astuner_error"]
         )
         return self._untrained(row, reward, extra)
+
+    def _at_trained_temperature(
+        self, sample: Sample, trajectory: Trajectory, extra: dict[str, Any]
+    ) -> Sample:
+        """`sample` with loss mask 0 on calls verl's trainer would train at a temperature they were not
+        sampled at; their count into `extra`, warned about once per worker."""
+        sample, asked = untrain_other_temperatures(sample, self.trained_at)
+        extra[UNTRAINED_FIELD] = len(asked)
+        if asked:
+            where = f'extra_fields["{UNTRAINED_FIELD}"]'
+            message = other_temperature_warning("verl", TEMPERATURE_KEY, self.trained_at, asked, where)
+            self.episodes.warn_once(UNTRAINED_FIELD, message, task=trajectory.task_id)
+        return sample
 
     def _untrained(self, row: dict[str, Any], reward: float, extra: dict[str, Any]) -> AgentLoopOutput:
         """The row's own prompt and one end-of-sequence token, masked out."""
