@@ -12,6 +12,7 @@ Trinity env only (its model wrapper module imports vLLM, hence the script).
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,13 @@ import torch
 import yaml
 from astuner_backbone_trinity.translate import WORKFLOW_PATH
 from astuner_backbone_trinity.workflow import AstunerWorkflow, _experience
+from structlog.testing import capture_logs
 from trinity.algorithm.advantage_fn.multi_step_grpo_advantage import StepWiseGRPOAdvantageFn
 from trinity.buffer.schema import FORMATTER
 from trinity.common.config import GenerationConfig, TasksetConfig
 from trinity.common.experience import Experience, group_by
+from trinity.utils.metrics import aggregate_metrics, aggregate_run_level_metrics
+from trinity_workflows import COOLER
 
 from astuner.core.merge import merge_trajectory
 from astuner.core.task import Task
@@ -72,7 +76,9 @@ def taskset(tmp_path: Path, tiny_model_dir: Path) -> TasksetConfig:
     config = tmp_path / "config.yaml"
     block = {
         "model": {"path": str(tiny_model_dir)},
-        "rollout": {"agentscope_workflow": "trinity_workflows->calculator_agent"},
+        # Trinity's trainer recomputes log-probs at model.temperature (rollout.temperature), which
+        # Trinity also gives the taskset's rollout_args unless they set their own
+        "rollout": {"agentscope_workflow": "trinity_workflows->calculator_agent", "temperature": 0.7},
         "task_judge": {"judge_protocol": "exact"},
     }
     config.write_text(yaml.safe_dump({"astuner": block}), encoding="utf-8")
@@ -125,6 +131,44 @@ def test_a_tool_episode_becomes_one_trinity_experience(taskset: TasksetConfig, t
     assert exp.logprobs.tolist() == pytest.approx(expected)
     assert exp.reward == 1.0
     assert exp.experience_type == "multi_turn"
+
+
+def test_a_call_sampled_at_another_temperature_than_trinity_trains_at_stays_untrained(
+    taskset: TasksetConfig, tiny_model_dir: Path
+) -> None:
+    """Trinity's trainer recomputes log-probs at model.temperature (0.7 here): the tool call, sampled
+    there, trains; the answer, sampled at COOLER, stays in the experience with mask 0; one warning."""
+    config = Path(taskset.workflow_args["astuner_config"])
+    conf = yaml.safe_load(config.read_text(encoding="utf-8"))
+    conf["astuner"]["rollout"]["agentscope_workflow"] = "trinity_workflows->cooler_answer"
+    config.write_text(yaml.safe_dump(conf), encoding="utf-8")
+    tokenizer = load_tokenizer(str(tiny_model_dir))
+    model = ScriptedModelWrapper(tokenizer)
+    tool_reply = len(tokenizer.encode(TOOL_CALL)) + 1
+    answer = [*tokenizer.encode("42"), tokenizer.end_of_turn_id]
+    with capture_logs() as logs:
+        runs = [_run(taskset, model, _row()) for _ in range(2)]
+    assert [r["temperature"] for r in model.requests] == [0.7, COOLER] * 2
+    for (exp,) in runs:
+        assert exp.tokens.tolist()[-len(answer) :] == answer  # kept in the experience ...
+        assert exp.logprobs.tolist()[-len(answer) :] == pytest.approx([ANSWER_LOGPROB] * len(answer))
+        # ... and not trained: only the tool call carries loss
+        mask = exp.action_mask.tolist()
+        assert mask == [1] * tool_reply + [0] * (len(mask) - tool_reply)
+        assert exp.reward == 1.0
+    # counted per experience; Trinity sums the count over a run, a task's runs and a step's tasks
+    runs_of_task = [aggregate_run_level_metrics([exp.metrics for exp in run]) for run in runs]
+    step = aggregate_metrics([aggregate_run_level_metrics(runs_of_task)], prefix="rollout")
+    assert step["rollout/astuner/untrained_calls/sum"] == 2
+    (warning,) = [log for log in logs if "recomputes log-probs" in log["event"]]
+    assert warning["log_level"] == "warning"
+    assert "model.temperature = 0.7" in warning["event"] and f"temperature {COOLER}" in warning["event"]
+    assert "backbone torch" in warning["event"]
+
+    # an evaluation task is not trained: nothing is masked or counted
+    (evaluated,) = _run(replace(taskset, is_eval=True), model, _row())
+    assert sum(evaluated.action_mask.tolist()) == tool_reply + len(answer)
+    assert not any(key.startswith("astuner/untrained_calls") for key in evaluated.metrics)
 
 
 def test_the_reward_is_the_judge_and_madness_verdict(taskset: TasksetConfig, tiny_model_dir: Path) -> None:

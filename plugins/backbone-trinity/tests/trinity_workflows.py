@@ -1,5 +1,5 @@
-"""Workflows for the Trinity adapter tests: a tool-using one (tool call, tool result, answer), and a
-two-agent game whose judge scores each agent."""
+"""Workflows for the Trinity adapter tests: a tool-using one (tool call, tool result, answer; the answer
+at its own temperature in `cooler_answer`), and a two-agent game whose judge scores each agent."""
 
 from __future__ import annotations
 
@@ -24,7 +24,19 @@ CALCULATOR = {
 }
 
 
+COOLER = 0.3
+
+
 async def calculator_agent(task: dict[str, Any], model: Any, auxiliary_models: Any = None) -> WorkflowOutput:
+    return await _calculator(task, model)
+
+
+async def cooler_answer(task: dict[str, Any], model: Any, auxiliary_models: Any = None) -> WorkflowOutput:
+    """`calculator_agent` with the answer sampled at temperature `COOLER` (a per-call override)."""
+    return await _calculator(task, model, temperature=COOLER)
+
+
+async def _calculator(task: dict[str, Any], model: Any, **answer_sampling: Any) -> WorkflowOutput:
     messages: list[dict[str, Any]] = [{"role": "user", "content": task["main_query"]}]
     first = await model.chat(messages, [CALCULATOR])
     if not first.tool_calls:
@@ -34,7 +46,7 @@ async def calculator_agent(task: dict[str, Any], model: Any, auxiliary_models: A
         {"role": "assistant", "content": first.content, "tool_calls": [call.to_openai()]},
         {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": "42"},
     ]
-    second = await model.chat(messages, [CALCULATOR])
+    second = await model.chat(messages, [CALCULATOR], **answer_sampling)
     return WorkflowOutput(response=second.content, metadata={"final_answer": second.content})
 
 

@@ -19,6 +19,13 @@ baseline of that agent's rewards alone.
 A run whose workflow raised is reported to Trinity by raising, as Trinity
 expects of a failed run: its runner records the error and trains on none
 of it.
+
+One temperature: Trinity's trainer recomputes every log-prob at
+`model.temperature`, so in a training task a call the workflow sampled at
+another (a per-call override) gets action mask 0: it stays in the
+experience but is not trained. Each experience counts such calls in its
+metric `astuner/untrained_calls:sum` (the step's
+`rollout/astuner/untrained_calls/sum`), and the runner process warns once.
 """
 
 from __future__ import annotations
@@ -37,12 +44,18 @@ from astuner.api import (
     Task,
     Trajectory,
     get_logger,
+    other_temperature_warning,
     reward_of,
     sampling_from_config,
+    untrain_other_temperatures,
 )
 from astuner_backbone_trinity.model_engine import TrinityModelEngine
+from astuner_backbone_trinity.translate import translate
 
 TASK_FIELD = "astuner_task"
+TEMPERATURE_KEY = "model.temperature"
+# summed over a run's experiences, then its task's runs and the step's tasks (Trinity's `:sum` suffix)
+UNTRAINED_METRIC = "astuner/untrained_calls:sum"
 
 
 class AstunerWorkflow(Workflow):
@@ -86,14 +99,39 @@ class AstunerWorkflow(Workflow):
             raise AstunerError(f"The astuner workflow failed on task {task.task_id}:\n{trajectory.error}")
         if not samples:
             get_logger().warning("Trinity run made no trainable model call", task=task.task_id)
+        if self.task.is_eval:
+            return [
+                _experience(sample, step, trajectory, self.task.task_id)
+                for step, sample in enumerate(samples)
+            ]
         return [
-            _experience(sample, step, trajectory, self.task.task_id) for step, sample in enumerate(samples)
+            _experience(sample, step, trajectory, self.task.task_id, {UNTRAINED_METRIC: count})
+            for step, (sample, count) in enumerate(self._at_trained_temperature(samples, task.task_id))
         ]
 
+    def _at_trained_temperature(self, samples: list[Sample], task_id: str) -> list[tuple[Sample, int]]:
+        """Each sample with action mask 0 on calls Trinity's trainer would train at a temperature they
+        were not sampled at, and their count; warned about once per runner process."""
+        trained_at = float(translate(self.episodes.config)[TEMPERATURE_KEY])
+        checked = [untrain_other_temperatures(sample, trained_at) for sample in samples]
+        asked = [temperature for _, temperatures in checked for temperature in temperatures]
+        if asked:
+            where = f"the experience metric '{UNTRAINED_METRIC}'"
+            message = other_temperature_warning("Trinity", TEMPERATURE_KEY, trained_at, asked, where)
+            self.episodes.warn_once(UNTRAINED_METRIC, message, task=task_id)
+        return [(sample, len(temperatures)) for sample, temperatures in checked]
 
-def _experience(sample: Sample, step: int, trajectory: Trajectory, task_id: int | str) -> Experience:
+
+def _experience(
+    sample: Sample,
+    step: int,
+    trajectory: Trajectory,
+    task_id: int | str,
+    metrics: dict[str, float] | None = None,
+) -> Experience:
     """A multi-turn Trinity experience: tokens `(T,)`; logprobs and action_mask `(T - prompt_length,)`;
-    with per-agent rewards, its agent's reward and group (`task_id` is Trinity's number of the task)."""
+    with per-agent rewards, its agent's reward and group (`task_id` is Trinity's number of the task);
+    its metrics the run's, and `metrics`."""
     start = sample.response_spans[0][0]
     logprobs = sample.old_logprobs if sample.old_logprobs is not None else [0.0] * len(sample.input_ids)
     experience = Experience(
@@ -103,7 +141,7 @@ def _experience(sample: Sample, step: int, trajectory: Trajectory, task_id: int 
         action_mask=sample.loss_mask[start:],
         reward=reward_of(trajectory, sample.agent_name),
         info={"astuner_trajectory": trajectory.trajectory_id, "agent_name": sample.agent_name},
-        metrics={k: float(v) for k, v in trajectory.metrics.items()},
+        metrics={k: float(v) for k, v in {**trajectory.metrics, **(metrics or {})}.items()},
     )
     experience.eid.step = step
     if trajectory.agent_rewards:
