@@ -4,10 +4,10 @@ Two forms of the same workflow: the class form (`MathAgentWorkflow`, named
 in math_agent.yaml) and the function form (`math_agent_workflow`) that the
 AgentScope Tuner tutorial uses. Either returns the final answer (the last
 `\\boxed{}` of the reply, found by the same extractor the `math_answer`
-judge uses) in `metadata["final_answer"]`. The Python tool is astuner's
-`execute_python_code` (`astuner.tools`), AgentScope's tool of that name
-with the model's code confined (sandbox, no network, limits), here with a
-10-second ceiling on the time the model may ask for.
+judge uses) in `metadata["final_answer"]`. The Python tool is
+`astuner_tools.execute_python_code` (package `astuner-tools`), AgentScope's
+tool of that name with the model's code confined (sandbox, no network,
+limits), here with a 10-second ceiling on the time the model may ask for.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from agentscope.memory import InMemoryMemory
 from agentscope.message import Msg
 from agentscope.tool import Toolkit
 from astuner_judge_math.extract import extract_prediction
+from astuner_tools import python_code_tool
 
 from astuner import ModelTuner, Workflow, WorkflowOutput, WorkflowTask
-from astuner.tools import python_code_tool
 
 # AgentScope's execute_python_code, confined; the model's `timeout` is cut to 10 s.
 execute_python_code = python_code_tool(max_timeout=10)

@@ -68,7 +68,7 @@ def test_data_preview_shows_gsm8k_from_the_local_copy() -> None:
 def test_the_agent_gets_astuners_confined_python_tool(workflow: ModuleType) -> None:
     from agentscope.tool import Toolkit
 
-    from astuner.tools.unconfined import is_unconfined_python_tool
+    from astuner.rollout.unconfined_tool import is_unconfined_python_tool
 
     toolkit = Toolkit()
     toolkit.register_tool_function(workflow.execute_python_code)

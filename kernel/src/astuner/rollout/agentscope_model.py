@@ -19,7 +19,7 @@ from astuner.core.trajectory import LLMCall
 from astuner.rollout.engine import SAMPLING_KEYS
 from astuner.rollout.model_tuner import ModelTuner
 from astuner.rollout.openai_reply import openai_tool_calls
-from astuner.tools.unconfined import warn_if_unconfined_python_tool
+from astuner.rollout.unconfined_tool import warn_if_unconfined_python_tool
 
 
 def to_chat_response(call: LLMCall, started: float) -> Any:

@@ -1,4 +1,4 @@
-"""`astuner.tools.execute_python_code` against AgentScope's own: same call, same schema, same reply text."""
+"""`astuner_tools.execute_python_code` against AgentScope's own: same call, same schema, same reply text."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import pytest
 
 agentscope_tool = pytest.importorskip("agentscope.tool")
 
-from astuner.tools import execute_python_code, python_code_tool  # noqa: E402
-from astuner.tools.unconfined import is_unconfined_python_tool  # noqa: E402
+from astuner_tools import execute_python_code, python_code_tool  # noqa: E402
+
+from astuner.rollout.unconfined_tool import is_unconfined_python_tool  # noqa: E402
 
 
 def reply_text(tool: Any, code: str, **kwargs: Any) -> str:

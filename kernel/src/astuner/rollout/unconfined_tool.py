@@ -4,9 +4,11 @@ A workflow that registers `agentscope.tool.execute_python_code` runs every
 piece of code the model writes with the trainer's user, files, environment
 and network. astuner only sees the tool list the agent sends with each
 model call (JSON schemas), so it recognises that tool by its name and its
-description, which is AgentScope's docstring (`astuner.tools`'s own
-description differs). It only warns, once per process: the workflow is the
-user's to write.
+description, which is AgentScope's docstring (the confined drop-in of the
+`astuner-tools` package describes itself differently). It only warns, once
+per process: the workflow is the user's to write. This lives in the kernel,
+not in `astuner-tools`, because it is about AgentScope's tool: it must speak
+up exactly when that package is not in use, installed or not.
 """
 
 from __future__ import annotations
@@ -15,10 +17,18 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
 
-from astuner.tools.notices import warn_once, warned
+from astuner.logs import get_logger
 
 NAME = "execute_python_code"
-KEY = "unconfined-python-tool"
+WARNING = (
+    "the agent uses AgentScope's execute_python_code: the model's code runs unconfined, with this "
+    "process's user, files, environment variables and network, for as long as the model asks "
+    "(300 s by default). Use `from astuner_tools import execute_python_code` instead (same tool, "
+    "confined; `pip install astuner-tools`, in this repository `pip install -e ./plugins/tools`). "
+    "See docs/security.md."
+)
+
+_warned = False
 
 
 @cache
@@ -46,17 +56,13 @@ def is_unconfined_python_tool(tool: Any) -> bool:
 
 def warn_if_unconfined_python_tool(tools: Sequence[Any] | None) -> None:
     """Warn once per process if `tools` holds AgentScope's unconfined Python tool. Never raises."""
-    if not tools or warned(KEY):
+    global _warned
+    if not tools or _warned:
         return
     try:
         found = any(is_unconfined_python_tool(tool) for tool in tools)
     except Exception:
         return
     if found:
-        warn_once(
-            KEY,
-            "the agent uses AgentScope's execute_python_code: the model's code runs unconfined, with this "
-            "process's user, files, environment variables and network, for as long as the model asks "
-            "(300 s by default). Use `from astuner.tools import execute_python_code` instead (same "
-            "tool, confined). See docs/security.md.",
-        )
+        _warned = True
+        get_logger().warning(WARNING)

@@ -1,4 +1,4 @@
-"""The pure parts of astuner.tools: limits, which folders are hidden, the sandboxes' command lines."""
+"""The pure parts of astuner_tools: limits, which folders are hidden, the sandboxes' command lines."""
 
 from __future__ import annotations
 
@@ -7,11 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from astuner_tools import Limits, backends
+from astuner_tools.backends import View, bwrap_command, unshare_command
+from astuner_tools.paths import hidden_folders, interpreter_paths, kept_paths, project_folder
 from sandbox_parts import REPO
-
-from astuner.tools import Limits, backends
-from astuner.tools.backends import View, bwrap_command, unshare_command
-from astuner.tools.paths import hidden_folders, interpreter_paths, kept_paths, project_folder
 
 
 def test_the_models_timeout_is_cut_to_the_ceiling() -> None:

@@ -1,7 +1,7 @@
 """Warnings that are worth saying once per process, not once per tool call.
 
-A training run calls the tool thousands of times; a missing sandbox or an
-unconfined tool is one fact about the run, so it is logged once (on the
+A training run calls the tool thousands of times; a missing sandbox or a
+weaker confinement is one fact about the run, so it is logged once (on the
 astuner logger, so it also lands in the experiment's log file).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from astuner.logs import get_logger
+from astuner.api import get_logger
 
 _seen: set[str] = set()
 
@@ -21,10 +21,6 @@ def warn_once(key: str, message: str, **fields: Any) -> bool:
     _seen.add(key)
     get_logger().warning(message, **fields)
     return True
-
-
-def warned(key: str) -> bool:
-    return key in _seen
 
 
 def forget() -> None:

@@ -1,4 +1,4 @@
-"""Agent tools that run model-written code, confined: `from astuner.tools import execute_python_code`.
+"""Agent tools that run model-written code, confined: `from astuner_tools import execute_python_code`.
 
 `execute_python_code` is a drop-in for AgentScope 1.x's
 `agentscope.tool.execute_python_code`: same parameters (`code`,
@@ -63,10 +63,10 @@ the host's kernel). For code written to attack the machine, run the
 rollouts in a container or VM as well.
 """
 
-from astuner.tools.backends import Sandbox
-from astuner.tools.limits import Limits
-from astuner.tools.python import execute_python_code, python_code_tool
-from astuner.tools.run import RunResult, run_python, run_python_sync
+from astuner_tools.backends import Sandbox
+from astuner_tools.limits import Limits
+from astuner_tools.python import execute_python_code, python_code_tool
+from astuner_tools.run import RunResult, run_python, run_python_sync
 
 __all__ = [
     "Limits",

@@ -1,14 +1,12 @@
-"""The warnings: no sandbox (once per process), and AgentScope's unconfined tool in a training run."""
+"""The no-sandbox warning: once per process, naming what is missing; and what still holds without one."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
+from astuner_tools import backends, notices, run_python_sync
 from sandbox_parts import run
-
-from astuner.tools import backends, notices, run_python_sync
 
 
 @pytest.fixture
@@ -40,36 +38,10 @@ def test_without_a_sandbox_the_limits_still_apply() -> None:
     assert result.timed_out and result.returncode == -1
 
 
-def test_agentscopes_own_tool_is_warned_about_once(warnings: list[str]) -> None:
-    agentscope_tool = pytest.importorskip("agentscope.tool")
-    from astuner.core.trajectory import LLMCall
-    from astuner.rollout.agentscope_model import agentscope_model_tuner_class
-    from astuner.tools import execute_python_code
-
-    def tools(function: Any) -> list[dict]:
-        toolkit = agentscope_tool.Toolkit()
-        toolkit.register_tool_function(function)
-        return toolkit.get_json_schemas()
-
-    model = object.__new__(agentscope_model_tuner_class())  # only __call__ is exercised
-
-    async def chat(messages: list, tools: list | None) -> LLMCall:
-        return LLMCall(content="ok")
-
-    model.chat = chat  # type: ignore[method-assign]
-    asyncio.run(model([{"role": "user", "content": "hi"}], tools=tools(execute_python_code)))
-    assert warnings == []  # astuner's confined tool: nothing to say
-    unconfined = tools(agentscope_tool.execute_python_code)
-    for _ in range(3):
-        asyncio.run(model([{"role": "user", "content": "hi"}], tools=unconfined))
-    (warning,) = warnings
-    assert "AgentScope's execute_python_code" in warning and "astuner.tools" in warning
-
-
 def test_without_any_namespace_only_pythons_sockets_refuse(
     monkeypatch: pytest.MonkeyPatch, host_listener: tuple[str, int]
 ) -> None:
-    monkeypatch.setattr("astuner.tools.run.NAMESPACES", False)  # as in a container that forbids them
+    monkeypatch.setattr("astuner_tools.run.NAMESPACES", False)  # as in a container that forbids them
     code = f"""
 import socket, _socket
 try:

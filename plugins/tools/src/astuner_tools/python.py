@@ -4,24 +4,24 @@ Same call (`code`, `timeout=300`, `**kwargs`), same `ToolResponse`, same text
 (`<returncode>..</returncode><stdout>..</stdout><stderr>..</stderr>`, -1 and
 AgentScope's TimeoutError line when the time runs out), so
 `toolkit.register_tool_function(execute_python_code)` is a one-line swap.
-What differs is where the code runs (see `astuner.tools`), that `timeout`
+What differs is where the code runs (see `astuner_tools`), that `timeout`
 is cut to the tool's `max_timeout`, and that each output is clipped to
 `output_chars`.
 
 The tool's description differs from AgentScope's on purpose: it tells the
 model what it may not do, and it lets astuner tell the two apart in a
-training run's tool list (`astuner.tools.unconfined`).
+training run's tool list (`astuner.rollout.unconfined_tool` in the kernel).
 """
 
 import os
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
-from astuner.tools.backends import Sandbox
-from astuner.tools.limits import Limits
-from astuner.tools.run import RunResult, run_python
+from astuner_tools.backends import Sandbox
+from astuner_tools.limits import Limits
+from astuner_tools.run import RunResult, run_python
 
-if TYPE_CHECKING:  # AgentScope is imported when the tool runs, not when astuner.tools is imported
+if TYPE_CHECKING:  # AgentScope is imported when the tool runs, not when astuner_tools is imported
     from agentscope.tool import ToolResponse
 
 DESCRIPTION = """Execute the given python code in a sandbox and capture the return

@@ -17,12 +17,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+from astuner_tools import Limits, run_python
+from astuner_tools.cgroup import CgroupScope
+from astuner_tools.paths import kept_paths
+from astuner_tools.run import code_env
 from sandbox_parts import REPO, gone, processes_with, run, usable
-
-from astuner.tools import Limits, run_python
-from astuner.tools.cgroup import CgroupScope
-from astuner.tools.paths import kept_paths
-from astuner.tools.run import code_env
 
 LIST_AND_READ = """
 import json, os
@@ -168,7 +167,7 @@ def test_a_setsid_child_does_not_survive(confined: str) -> None:
 
 def test_a_setsid_child_does_not_survive_without_a_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
     # no PID namespace, and here no cgroup either: the launcher, as child subreaper, kills it
-    monkeypatch.setattr("astuner.tools.run.CgroupScope.create", classmethod(lambda cls, limit=None: None))
+    monkeypatch.setattr("astuner_tools.run.CgroupScope.create", classmethod(lambda cls, limit=None: None))
     marker = f"333.{uuid.uuid4().int % 10**6}"
     daemon = f"setsid sleep {marker} & exit"  # `sh` exits at once, orphaning it
     code = f"import subprocess; subprocess.Popen(['sh', '-c', '{daemon}']); print('started')"
@@ -267,7 +266,7 @@ def test_root_stays_root_but_read_only_if_nobody_cannot_run_python(
 ) -> None:
     if os.geteuid() != 0:
         pytest.skip("only root is dropped to nobody")
-    monkeypatch.setattr("astuner.tools.run.DROP_ROOT", False)  # as when nobody cannot read the interpreter
+    monkeypatch.setattr("astuner_tools.run.DROP_ROOT", False)  # as when nobody cannot read the interpreter
     result = run(WRITE_EVERYWHERE.format(paths=["/etc/astuner-escape"]) + "print(os.getuid())", confined)
     assert result.stdout.splitlines() == ["OSError /etc/astuner-escape", "0"]  # EROFS
     assert "nproc unenforced" in result.notes  # the kernel never limits root's processes
@@ -321,8 +320,8 @@ def test_root_that_cannot_shed_its_capabilities_does_not_run_the_code(
 ) -> None:
     if os.geteuid() != 0:
         pytest.skip("only root keeps capabilities")
-    monkeypatch.setattr("astuner.tools.run.DROP_ROOT", False)
-    monkeypatch.setattr("astuner.tools.run.NAMESPACES", False)  # as if no user namespace could be made
+    monkeypatch.setattr("astuner_tools.run.DROP_ROOT", False)
+    monkeypatch.setattr("astuner_tools.run.NAMESPACES", False)  # as if no user namespace could be made
     result = run("print('ran')", confined)
     assert (result.returncode, result.stdout) == (126, "")
     assert "sandbox setup failed" in result.stderr and "not running the code" in result.stderr

@@ -7,7 +7,7 @@ and the working directory as a small writable tmpfs.
 
 Like `_launcher.py`, this file is sent as text and run in the sandbox (the
 launcher executes it from the plan only for the `unshare` backend), so it uses
-the standard library only and never imports astuner.
+the standard library only and never imports astuner or astuner_tools.
 """
 
 from __future__ import annotations

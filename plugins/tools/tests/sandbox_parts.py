@@ -1,4 +1,4 @@
-"""Helpers shared by the astuner.tools tests: run code in a sandbox, look for processes left behind."""
+"""Helpers shared by the astuner_tools tests: run code in a sandbox, look for processes left behind."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from astuner.tools import RunResult, run_python_sync
-from astuner.tools.backends import probe
+from astuner_tools import RunResult, run_python_sync
+from astuner_tools.backends import probe
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -1,10 +1,10 @@
 """The program that runs inside the sandbox, before and around the model's code.
 
-`astuner.tools.run` starts it as `python -I -S -c <this file's text> <plan as JSON>`
+`astuner_tools.run` starts it as `python -I -S -c <this file's text> <plan as JSON>`
 (inside bwrap, inside `unshare`, or bare), with the code on stdin, the output
 files as stdout/stderr, and a status file descriptor. It is sent as text, not
 imported, because in the sandbox the folder it lives in may be hidden; so it
-uses the standard library only and never imports astuner.
+uses the standard library only and never imports astuner or astuner_tools.
 
 It does, in order:
 

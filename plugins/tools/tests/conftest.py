@@ -1,4 +1,4 @@
-"""Fixtures for astuner.tools: the sandboxes that work on this machine."""
+"""Fixtures for astuner_tools: the sandboxes that work on this machine."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ import socket
 from collections.abc import Iterator
 
 import pytest
+from astuner_tools.notices import forget
 from sandbox_parts import usable
-
-from astuner.tools.notices import forget
 
 
 @pytest.fixture(autouse=True)

@@ -112,7 +112,7 @@ def probe(sandbox: Sandbox) -> str | None:
         return f"{sandbox} is not installed" if sys.platform.startswith("linux") else "not Linux"
     if sandbox == "none":
         return None
-    from astuner.tools.run import run_python_sync
+    from astuner_tools.run import run_python_sync
 
     try:
         result = run_python_sync("print('ok')", timeout=20, sandbox=sandbox)
