@@ -118,7 +118,7 @@ def write_run(folder: Path, size_mb: int, n_calls: int) -> Path:
 
 
 def measure_index(path: Path) -> dict[str, float]:
-    from astuner.logview.store import Filters, RecordStore
+    from astuner_logview.store import Filters, RecordStore
 
     base = rss_mb()
     store = RecordStore(path.parent.parent)
@@ -220,9 +220,8 @@ def long_run(folder: Path) -> Path:
 
 
 def bench_browser(folder: Path) -> dict[str, float]:
+    from astuner_logview.server import start_logview
     from playwright.sync_api import sync_playwright
-
-    from astuner.logview import start_logview
 
     run = long_run(folder)
     viewer = start_logview(run, port=0)

@@ -1,4 +1,5 @@
 import json
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import ClassVar
@@ -143,6 +144,33 @@ def test_bad_input_is_one_paragraph_without_traceback(
     assert result.stderr.strip().startswith("error:")
     assert RecordingBackbone.runs == []
     assert not Path("launcher_record").exists()  # a rejected config leaves no run folder behind
+
+
+@pytest.mark.parametrize("flag", ["--with-logview", "--keep-logview"])
+def test_the_log_viewer_flags_without_its_plugin_say_how_to_install_it(
+    app_with_backbone, write_config, flag: str
+) -> None:
+    result = invoke(app_with_backbone, "run", "--conf", str(write_config({})), "--backbone", "recorder", flag)
+    assert result.exit_code == 1
+    assert "pip install astuner-logview" in result.stderr and "./plugins/logview" in result.stderr
+    assert RecordingBackbone.runs == []
+    assert not Path("launcher_record").exists()
+
+
+def test_a_logview_companion_must_serve_a_page(app_with_backbone, plugins: Plugins, write_config) -> None:
+    @contextmanager
+    def no_page(value, config, folder):
+        yield object()
+
+    def register_companions(register):
+        register("logview", no_page)
+
+    plugins.add(SimpleNamespace(register_companions=hookimpl(register_companions)), name="pageless")
+    args = ["run", "--conf", str(write_config({})), "--backbone", "recorder", "--with-logview"]
+    result = invoke(app_with_backbone, *args)
+    assert result.exit_code == 1
+    assert "Companion 'logview' of plugin pageless yields a 'object', which serves no page" in result.stderr
+    assert RecordingBackbone.runs == []
 
 
 def test_missing_config_file(plugins: Plugins, workdir: Path) -> None:

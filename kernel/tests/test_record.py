@@ -1,4 +1,7 @@
-"""Records are appended line by line: a write that fails leaves only whole lines and names the file."""
+"""Records are appended line by line: a write that fails leaves only whole lines and names the file.
+
+And `metrics.jsonl` reads back while a run may still be writing it.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from astuner.errors import AstunerError
-from astuner.record import append_lines
+from astuner.record import append_lines, read_metrics
 
 
 class FillsUp(io.FileIO):
@@ -37,3 +40,12 @@ def test_a_full_disk_leaves_only_whole_lines_and_names_the_file(tmp_path: Path, 
     monkeypatch.undo()
     lines = path.read_text().splitlines()
     assert [json.loads(line)["n"] for line in lines] == [0, 1, 2]  # the half-written third line is gone
+
+
+def test_metrics_read_back_without_a_half_written_or_foreign_line(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    assert read_metrics(path) == []  # no file yet: no rows
+    append_lines(path, [json.dumps({"step": 1, "reward/mean": 0.5}), "[1, 2]", json.dumps({"step": 2})])
+    with path.open("a", encoding="utf-8") as out:
+        out.write('{"step": 3, "rew')  # the line a running backbone is writing
+    assert read_metrics(path) == [{"step": 1, "reward/mean": 0.5}, {"step": 2}]

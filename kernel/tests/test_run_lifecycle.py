@@ -255,7 +255,7 @@ def test_config_and_plugin_errors_come_before_any_run_folder(app, write_config, 
 def test_version_and_help_without_type_placeholders(app) -> None:
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0 and result.stdout.startswith("astuner ")
-    for command in (["run"], ["plugins", "list"], ["config", "show"], ["eval"], ["logview"]):
+    for command in (["run"], ["plugins", "list"], ["config", "show"], ["eval"]):
         shown = CliRunner().invoke(app, [*command, "--help"]).stdout
         assert "Usage:" in shown and "<bool>" not in shown, command
 

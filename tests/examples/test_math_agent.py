@@ -11,10 +11,10 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from astuner_logview.tokens import trajectory_view
 
 from astuner.config import load_config
 from astuner.core.merge import merge_trajectory
-from astuner.logview.tokens import trajectory_view
 from astuner.record import read_trajectories
 
 REPO = Path(__file__).resolve().parents[2]

@@ -31,9 +31,9 @@ from astuner.companions import Companion
 from astuner.components import build_reader, check_plugin_blocks, plugin_settings
 from astuner.config import AstunerConfig, load_config
 from astuner.core.demonstrations import DemonstrationError, demonstration_trajectory, read_demonstrations
-from astuner.core.health import HealthMonitor
+from astuner.core.health import HealthMonitor, run_health
 from astuner.core.madness import MadnessCheck
-from astuner.core.merge import MergeReport, merge_trajectory
+from astuner.core.merge import MergeReport, PrefixBreak, merge_trajectory
 from astuner.core.metrics import agent_metrics, pass_at_k, rollout_metrics, scalar_reward, succeeded
 from astuner.core.one_temperature import other_temperature_warning, untrain_other_temperatures
 from astuner.core.task import JudgeOutput, Task, WorkflowOutput, WorkflowTask
@@ -64,11 +64,12 @@ from astuner.protocols import (
     ReportsReadiness,
     RunContext,
     ServesAdapters,
+    ServesPage,
     Split,
     TaskReader,
 )
 from astuner.ray_cluster import ray_head_for_run, require_gpus
-from astuner.record import ExperimentDir, append_lines, append_trajectories, read_trajectories
+from astuner.record import ExperimentDir, append_lines, append_trajectories, read_metrics, read_trajectories
 from astuner.rollout.agents import AgentPlan, agent_plan
 from astuner.rollout.engine import (
     ChatEngine,
@@ -81,7 +82,7 @@ from astuner.rollout.engine import (
 from astuner.rollout.model_tuner import ModelTuner
 from astuner.rollout.sampling import sampling_from_config
 from astuner.rollout.workflow import Workflow
-from astuner.run_status import tracking
+from astuner.run_status import STATUS_FILE, RunStatus, read_status, tracking
 from astuner.translation import Source, apply_rules, engine_settings, flatten, lookup, nest
 
 if TYPE_CHECKING:
@@ -95,6 +96,7 @@ if TYPE_CHECKING:
     from astuner.rollout.episode import EpisodeSource, reward_of
     from astuner.rollout.runner import RolloutRunner
     from astuner.rollout.stack import RolloutParts, rollout_stack, runner_settings_from_config
+    from astuner.serving import ThreadedServer
 
 # Names whose modules pull in the rollout gateway (fastapi, uvicorn) or numpy:
 # resolved by `__getattr__` on first use rather than when a plugin registers.
@@ -110,6 +112,7 @@ _LAZY: dict[str, str] = {
     "RolloutParts": "astuner.rollout.stack",
     "rollout_stack": "astuner.rollout.stack",
     "runner_settings_from_config": "astuner.rollout.stack",
+    "ThreadedServer": "astuner.serving",
 }
 
 # Grouped by topic, not sorted: the "Write a plugin" docs page lists the names in this order.
@@ -136,6 +139,7 @@ __all__ = [  # noqa: RUF022
     "ProvidesGymEnvs",
     "ReportsReadiness",
     "ServesAdapters",
+    "ServesPage",
     # tasks, workflows and judging
     "JudgeOutput",
     "ModelTuner",
@@ -149,6 +153,7 @@ __all__ = [  # noqa: RUF022
     # trajectories and samples
     "LLMCall",
     "MergeReport",
+    "PrefixBreak",
     "Sample",
     "Trajectory",
     "merge_trajectory",
@@ -198,6 +203,7 @@ __all__ = [  # noqa: RUF022
     # experiment records, logging and caches
     "ExperimentDir",
     "HealthMonitor",
+    "run_health",
     "append_lines",
     "append_trajectories",
     "build_once",
@@ -205,7 +211,11 @@ __all__ = [  # noqa: RUF022
     "configure_logging",
     "get_logger",
     "RunSummary",
+    "read_metrics",
     "read_trajectories",
+    "RunStatus",
+    "STATUS_FILE",
+    "read_status",
     "tracking",
     # command-line helpers
     "ConfOption",
@@ -227,6 +237,8 @@ __all__ = [  # noqa: RUF022
     "RolloutParts",
     "rollout_stack",
     "runner_settings_from_config",
+    # serving a web app from a thread (imported on first use: it loads uvicorn)
+    "ThreadedServer",
 ]
 
 

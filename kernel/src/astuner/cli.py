@@ -13,6 +13,7 @@ import json
 import sys
 import traceback
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -23,7 +24,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from astuner.breakpoints import enable_tags
-from astuner.companions import COMPANION_ARGS, companion_requests, companions_help
+from astuner.companions import COMPANION_ARGS, companion_requests, companions_help, log_viewer, serving_page
 from astuner.components import build_backbone, build_reader, check_plugin_blocks
 from astuner.config import AstunerConfig, load_config
 from astuner.config_show import annotated_yaml
@@ -142,7 +143,10 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
         backbone: BackboneOption = None,
         override: OverrideOption = None,
         with_logview: Annotated[
-            bool, typer.Option("--with-logview", help="Serve the log viewer on this run's folder.")
+            bool,
+            typer.Option(
+                "--with-logview", help="Serve the log viewer on this run's folder (plugin astuner-logview)."
+            ),
         ] = False,
         keep_logview: Annotated[
             bool, typer.Option("--keep-logview", help="Keep the viewer serving after the run, until Ctrl-C.")
@@ -171,25 +175,19 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
             typer.echo(
                 f"breakpoint tags enabled: {', '.join(sorted(tags))} (bp('TAG') stops there)", err=True
             )
+        viewer_companion = log_viewer(plugins) if with_logview or keep_logview else None
         config = _load(plugins, conf, override, backbone)
         prepared = prepare_run(config, plugins, verbose=_State.verbose)
-        viewer = None
-        if with_logview or keep_logview:
-            from astuner.logview import start_logview
-
-            viewer = start_logview(prepared.experiment.path, port=logview_port)
-            typer.echo(f"log viewer: {viewer.url}")
-        try:
+        with ExitStack() as stack:
+            viewer = None
+            if viewer_companion is not None:
+                page = serving_page(viewer_companion, str(logview_port), config, prepared.experiment.path)
+                viewer = stack.enter_context(page)
+                typer.echo(f"log viewer: {viewer.url}")
             prepared.execute(with_ray=with_ray, companions=companions)
-        except BaseException:
-            if viewer is not None:
-                viewer.stop()
-            raise
-        if viewer is not None and keep_logview:
-            typer.echo(f"run finished; the log viewer stays at {viewer.url} (Ctrl-C to stop)")
-            viewer.wait()
-        elif viewer is not None:
-            viewer.stop()
+            if viewer is not None and keep_logview:
+                typer.echo(f"run finished; the log viewer stays at {viewer.url} (Ctrl-C to stop)")
+                viewer.wait()
 
     plugins_app = typer.Typer(help="Inspect installed plugins.", no_args_is_help=True)
     app.add_typer(plugins_app, name="plugins")

@@ -2,7 +2,9 @@
 
 A plugin provides a companion through the `register_companions` hook; the
 user asks for it with `astuner run --with-NAME [VALUE]` (or `astuner eval
-...`), e.g. an environment service the run's tasks come from.
+...`), e.g. an environment service the run's tasks come from. `astuner run
+--with-logview` starts the one named `logview` (the log viewer) itself,
+so that `--keep-logview` can keep it after the run has ended.
 The run starts once the companion's `GET /healthz` answers, and the process
 is stopped when the run ends or fails. The process is started in a session
 of its own, so its process group id is its PID: stopping sends SIGTERM (then
@@ -27,14 +29,17 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from astuner.errors import AstunerError
+from astuner.errors import AstunerError, PluginError
 from astuner.logs import get_logger
+from astuner.protocols import ServesPage
 
 if TYPE_CHECKING:
     from astuner.config import AstunerConfig
-    from astuner.plugins import Plugins
+    from astuner.plugins import Plugins, Registration
 
 COMPANION_FLAG = "--with-"
+# The companion behind `astuner run --with-logview`, provided by the plugin astuner-logview.
+LOG_VIEWER = "logview"
 # The click settings of a command taking `--with-NAME [VALUE]`: unknown options reach `ctx.args`.
 COMPANION_ARGS: dict[str, Any] = {"allow_extra_args": True, "ignore_unknown_options": True}
 
@@ -270,6 +275,34 @@ def companions_for_run(
         for name, value in requested.items():
             registration = plugins.get("companion", name)
             started.append(stack.enter_context(registration.build(None, value, config, folder)))
+        yield started
+
+
+def log_viewer(plugins: Plugins) -> Registration:
+    """The `logview` companion that `astuner run --with-logview` starts; a clear error when it is missing."""
+    registration = plugins.registry("companion").get(LOG_VIEWER)
+    if registration is None:
+        raise AstunerError(
+            "--with-logview and --keep-logview serve the rollout log viewer, which comes with the plugin "
+            "astuner-logview, and no installed plugin provides it. Install it with `pip install "
+            "astuner-logview` (in a checkout of astuner: `pip install -e ./plugins/logview`), or run without "
+            "these options; `astuner plugins list` shows an installed one that failed to import."
+        )
+    return registration
+
+
+@contextmanager
+def serving_page(
+    registration: Registration, value: str | None, config: AstunerConfig, folder: str | Path
+) -> Iterator[ServesPage]:
+    """The companion `registration` started as `--with-NAME value` would, for one that serves a page."""
+    with registration.build(None, value, config, Path(folder)) as started:
+        if not isinstance(started, ServesPage):
+            raise PluginError(
+                f"Companion '{registration.name}' of plugin {registration.plugin} yields a "
+                f"'{type(started).__name__}', which serves no page (astuner.api.ServesPage: `url` and "
+                "`wait()`). Update that plugin."
+            )
         yield started
 
 

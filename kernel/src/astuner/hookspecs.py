@@ -143,6 +143,11 @@ def register_companions(register: Register) -> None:
     run's folder (for its log). It returns a context manager that starts the
     service on entry, returns once it is ready, and stops it on exit; an
     `astuner.api.Companion` (a process awaited on `/healthz`) is one.
+
+    The name `logview` is the log viewer's (plugin astuner-logview):
+    `astuner run --with-logview` starts it with the `--logview-port` value
+    as a string, and its context manager must yield an `astuner.api.ServesPage`
+    (`url`, and `wait()` for `--keep-logview`).
     """
 
 

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from astuner.logs import get_logger
+from astuner.record import ExperimentDir, read_metrics
 from astuner.run_status import RunStatus
 
 if TYPE_CHECKING:
     from astuner.config import AstunerConfig
     from astuner.plugins import Plugins
-    from astuner.record import ExperimentDir
 
 # Longest a notifier may take before the run stops waiting for it.
 NOTIFIER_WAIT_S = 30.0
@@ -127,10 +127,9 @@ def _notify_one(name: str, notifier: Notifier, summary: RunSummary) -> None:
 
 def _metrics(experiment: ExperimentDir) -> tuple[int, dict[str, float]]:
     """Steps logged, and the last step's scalar metrics."""
-    # Imported here: the viewer's package pulls in fastapi, which only a run's end needs from here.
-    from astuner.logview.runs import read_metrics
-
-    steps = [r for r in read_metrics(experiment.path) if isinstance(r.get("step"), int) and r["step"] > 0]
+    steps = [
+        r for r in read_metrics(experiment.metrics_file) if isinstance(r.get("step"), int) and r["step"] > 0
+    ]
     if not steps:
         return 0, {}
     last = {k: v for k, v in steps[-1].items() if isinstance(v, int | float) and k != "step"}

@@ -148,3 +148,16 @@ class ServesAdapters(Protocol):
     """
 
     adapter_names: frozenset[str]
+
+
+@runtime_checkable
+class ServesPage(Protocol):
+    """What a companion serving a web page yields once started (the `logview` one: the log viewer).
+
+    `url` opens the page; `wait()` serves on until Ctrl-C, as `astuner run
+    --keep-logview` does once the run has ended.
+    """
+
+    url: str
+
+    def wait(self) -> None: ...

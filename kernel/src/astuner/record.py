@@ -1,15 +1,18 @@
 """The experiment folder: `<experiment_dir>/<experiment>/<timestamp>/`.
 
 It holds the resolved `config.yaml`, `astuner.log` (JSON lines), and what
-backbones write: `rollouts/`, `metrics.jsonl`, `checkpoints/`.
+backbones write: `rollouts/`, `metrics.jsonl`, `checkpoints/`; and the
+readers of those records.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -98,3 +101,24 @@ def read_trajectories(path: Path) -> list[Trajectory]:
     """Every trajectory of a rollout file."""
     with path.open(encoding="utf-8") as lines:
         return [Trajectory.model_validate_json(line) for line in lines if line.strip()]
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The rows of a `metrics.jsonl` file: none when it is missing or unreadable; bad lines are skipped.
+
+    A run in progress may be writing its last line, so a line that does not
+    parse is left out rather than failing the reader.
+    """
+    rows: list[dict[str, Any]] = []
+    try:
+        with path.open(encoding="utf-8") as lines:
+            for line in lines:
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(row, dict):
+                    rows.append(row)
+    except OSError:
+        pass
+    return rows

@@ -22,9 +22,8 @@ from astuner.default_plugins.arith_reader import ArithReader, ArithReaderSetting
 from astuner.default_plugins.vllm_engine import free_port
 from astuner.errors import AstunerError
 from astuner.evaluation import EvalOptions, eval_metrics, run_eval
-from astuner.logview.runs import find_runs, rollout_files, run_info
 from astuner.plugins import Plugins
-from astuner.record import read_trajectories
+from astuner.record import read_metrics, read_trajectories
 from astuner.run_status import read_status
 from astuner.testing.cli import run_astuner
 from astuner.testing.engines import ScriptedEngine
@@ -148,18 +147,18 @@ def test_k_samples_give_the_unbiased_pass_at_k(scripted: SimpleNamespace, workdi
     assert json.loads((run / "metrics.jsonl").read_text())["eval/pass@3"] == 1.0
 
 
-def test_one_sample_is_greedy_and_the_run_shows_in_the_log_viewer(
+def test_one_sample_is_greedy_and_the_folder_has_what_the_log_viewer_lists(
     scripted: SimpleNamespace, workdir: Path
 ) -> None:
     conf = write_project(workdir, str(scripted.tokenizer_dir), judge="exact", rollout={"engine": "scripted"})
     report = run_eval(load_config(conf), scripted.plugins, EvalOptions())
     assert scripted.temperatures == [0.0] * 6  # every validation task once, greedy
     assert report.metrics["eval/pass@1"] == report.metrics["eval/success_rate"] == 0.0
-    (run,) = find_runs(workdir / "launcher_record")
-    info = run_info(workdir / "launcher_record", run)
-    assert (info.experiment, info.backbone) == ("evalproj_eval", "eval")
-    assert info.last_metrics["eval/reward_mean"] == 0.0
-    assert [f.name for f in rollout_files(run)] == ["eval.jsonl"]
+    (run,) = (workdir / "launcher_record" / "evalproj_eval").iterdir()
+    saved = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))["astuner"]
+    assert (saved["experiment_name"], saved["backbone"]) == ("evalproj_eval", "eval")
+    assert read_metrics(run / "metrics.jsonl")[-1]["eval/reward_mean"] == 0.0
+    assert [f.name for f in (run / "rollouts").iterdir()] == ["eval.jsonl"]
     assert read_status(run).state == "finished"
 
 

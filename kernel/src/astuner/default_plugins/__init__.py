@@ -13,7 +13,6 @@ DEFAULT_PLUGINS: list[str] = [
     "astuner.default_plugins.vllm_engine",
     "astuner.default_plugins.openai_engine",
     "astuner.default_plugins.debug_backbone",
-    "astuner.default_plugins.logview_command",
     "astuner.default_plugins.init_command",
     "astuner.default_plugins.eval_command",
     "astuner.default_plugins.notifiers",

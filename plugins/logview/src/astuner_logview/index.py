@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from astuner.core.trajectory import Trajectory
+from astuner.api import Trajectory
 
 _CHUNK = 8 << 20
 _CALLS = b',"calls":['

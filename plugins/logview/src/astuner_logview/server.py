@@ -7,11 +7,10 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-from astuner.errors import AstunerError
-from astuner.logview.access import is_loopback
-from astuner.logview.app import create_app
-from astuner.logview.runs import find_runs
-from astuner.serving import ThreadedServer
+from astuner.api import AstunerError, ThreadedServer
+from astuner_logview.access import is_loopback
+from astuner_logview.app import create_app
+from astuner_logview.runs import find_runs
 
 DEFAULT_PORT = 8181
 

@@ -20,10 +20,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from astuner.core.advantages import compute_advantages
-from astuner.core.merge import PrefixBreak, merge_trajectory
-from astuner.core.tokenizer import BUILTIN_PREFIX, ChatTokenizer, load_tokenizer
-from astuner.core.trajectory import LLMCall, Sample, Trajectory
+from astuner.api import (
+    BUILTIN_PREFIX,
+    ChatTokenizer,
+    LLMCall,
+    PrefixBreak,
+    Sample,
+    Trajectory,
+    compute_advantages,
+    load_tokenizer,
+    merge_trajectory,
+)
 
 _TOKENIZER_FILES = ["*.json", "*.jinja", "*.model", "*.txt", "*.tiktoken"]
 

@@ -12,12 +12,13 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from logview_records import TASKS, debug_config
+from astuner_logview.plugin import serve_run
+from logview_records import TASKS, debug_config, logview_plugins
 from typer.testing import CliRunner
 
 from astuner import hookimpl
 from astuner.cli import make_app
-from astuner.plugins import Plugins
+from astuner.errors import AstunerError
 
 
 def free_port() -> int:
@@ -40,7 +41,7 @@ def test_the_viewer_serves_during_the_run_and_stops_after(write_config) -> None:
     def register_backbones(register):
         register("peek", PeekBackbone)
 
-    plugins = Plugins(load_entry_points=False)
+    plugins = logview_plugins()
     plugins.add(SimpleNamespace(register_backbones=hookimpl(register_backbones)), name="peek")
     conf = write_config({})
     args = ["run", "--conf", str(conf), "--backbone", "peek", "--with-logview", "--logview-port", str(port)]
@@ -60,9 +61,23 @@ def test_a_taken_port_stops_the_run_before_it_starts(write_config) -> None:
         port = taken.getsockname()[1]
         conf = write_config({})
         args = ["run", "--conf", str(conf), "--with-logview", "--logview-port", str(port)]
-        result = CliRunner().invoke(make_app(Plugins(load_entry_points=False)), args)
+        result = CliRunner().invoke(make_app(logview_plugins()), args)
     assert result.exit_code == 1
     assert f"127.0.0.1:{port}" in result.output and "--port" in result.output
+
+
+def test_the_companion_takes_a_port_number(tmp_path: Path) -> None:
+    # `astuner eval --with-logview VALUE` hands VALUE over as it was typed
+    with (
+        pytest.raises(AstunerError, match=r"takes a port number .*, not 'eight'"),
+        serve_run("eight", None, tmp_path),
+    ):
+        pass
+
+
+def test_the_companion_is_listed_in_the_run_help() -> None:
+    result = CliRunner().invoke(make_app(logview_plugins()), ["run", "--help"])
+    assert "--with-logview: the rollout log viewer on the run's folder" in result.output
 
 
 @pytest.mark.slow

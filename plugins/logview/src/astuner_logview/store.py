@@ -3,7 +3,7 @@
 Everything a request names (a run, a rollout file, a file of a run) is
 looked up among what was found under PATH; anything else is `NotFound`.
 Every path is resolved (symlinks followed) and confined to the resolved
-PATH (see `astuner.logview.runs`); what lies outside is `NotFound` with the
+PATH (see `astuner_logview.runs`); what lies outside is `NotFound` with the
 same message as what does not exist.
 
 A line that does not validate as a `Trajectory` is not listed but counted
@@ -22,19 +22,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from astuner.core.trajectory import Trajectory
-from astuner.logview.index import RolloutIndex, Summary
-from astuner.logview.runs import (
+from astuner.api import Trajectory
+from astuner_logview.index import RolloutIndex, Summary
+from astuner_logview.runs import (
     find_runs,
     inside,
     read_config,
-    read_metrics,
     rollout_files,
     run_info,
+    run_metrics,
     step_of,
     within,
 )
-from astuner.logview.tokens import TokenizerCache, trajectory_view
+from astuner_logview.tokens import TokenizerCache, trajectory_view
 
 _EAGER_INDEX_BYTES = 64 << 20
 
@@ -223,7 +223,7 @@ class RecordStore:
         return view
 
     def metrics(self, run_id: str) -> list[dict[str, Any]]:
-        return read_metrics(self.run(run_id), self.root)
+        return run_metrics(self.run(run_id), self.root)
 
     def run_file(self, run_id: str, name: str) -> Path:
         """A regular file inside the run folder and the root, resolved; else NotFound (`..`, links out)."""

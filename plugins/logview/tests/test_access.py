@@ -203,6 +203,7 @@ def run_command(
     `ASTUNER_LOGVIEW_TOKEN` is set to `token_env`, or unset when that is None.
     """
     env = {k: v for k, v in os.environ.items() if k != "ASTUNER_LOGVIEW_TOKEN"}
+    env["ASTUNER_LOAD_PLUGINS"] = "logview"  # the installed plugin, through its entry point, and no other
     if token_env is not None:
         env["ASTUNER_LOGVIEW_TOKEN"] = token_env
     script = textwrap.dedent(
@@ -211,7 +212,7 @@ def run_command(
         from astuner.cli import make_app
         from astuner.plugins import Plugins
 
-        make_app(Plugins(load_entry_points=False))(["logview", *sys.argv[1:]])
+        make_app(Plugins())(["logview", *sys.argv[1:]])
         """
     )
     proc = subprocess.Popen(
@@ -240,12 +241,12 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def test_the_command_has_a_token_option() -> None:
+    from logview_records import logview_plugins
     from typer.testing import CliRunner
 
     from astuner.cli import make_app
-    from astuner.plugins import Plugins
 
-    result = CliRunner().invoke(make_app(Plugins(load_entry_points=False)), ["logview", "--help"])
+    result = CliRunner().invoke(make_app(logview_plugins()), ["logview", "--help"])
     assert result.exit_code == 0
     assert "--token" in result.output and "ASTUNER_LOGVIEW_TOKEN" in result.output
 

@@ -1,14 +1,23 @@
-"""Command `astuner logview [PATH]`: serve the rollout log viewer until Ctrl-C."""
+"""Entry point of `astuner-logview`: command `astuner logview [PATH]` and companion `logview`.
+
+The command serves the viewer until Ctrl-C; the companion serves one run's
+folder while `astuner run --with-logview` runs it. Importing this module is
+cheap: the server (fastapi, uvicorn) loads when a viewer starts.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from astuner.errors import AstunerError
-from astuner.hookspecs import hookimpl
+from astuner.api import AstunerConfig, AstunerError, Register, hookimpl
+
+if TYPE_CHECKING:
+    from astuner_logview.server import LogviewServer
 
 TOKEN_ENV = "ASTUNER_LOGVIEW_TOKEN"
 
@@ -41,8 +50,8 @@ def logview(
     ] = None,
 ) -> None:
     """Browse rollouts: runs, trajectories, every token's loss mask and log-prob, metrics."""
-    from astuner.logview.access import is_loopback
-    from astuner.logview.server import runs_found, start_logview
+    from astuner_logview.access import is_loopback
+    from astuner_logview.server import runs_found, start_logview
 
     try:
         viewer = start_logview(path, host=host, port=port, tokenizer=tokenizer, token=token or None)
@@ -68,6 +77,33 @@ def logview(
     viewer.wait()
 
 
+@contextmanager
+def serve_run(value: str | None, config: AstunerConfig, folder: Path) -> Iterator[LogviewServer]:
+    """Companion `logview`: the viewer on the run's folder while the run lasts; `value` is the port."""
+    from astuner_logview.server import DEFAULT_PORT, start_logview
+
+    if value is not None and not value.isdigit():
+        raise AstunerError(
+            f"The log viewer companion takes a port number (0 picks a free one), not '{value}'. "
+            "Write --with-logview alone for port 8181, or give a number."
+        )
+    viewer = start_logview(folder, port=int(value) if value is not None else DEFAULT_PORT)
+    try:
+        yield viewer
+    finally:
+        viewer.stop()
+
+
 @hookimpl
 def register_commands(cli: typer.Typer) -> None:
     cli.command("logview")(logview)
+
+
+@hookimpl
+def register_companions(register: Register) -> None:
+    register(
+        "logview",
+        serve_run,
+        summary="the rollout log viewer on the run's folder (port 8181; run: --logview-port P, "
+        "eval: --with-logview P).",
+    )

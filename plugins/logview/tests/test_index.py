@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from astuner_logview.index import RolloutIndex, summarize
 
 from astuner.core.trajectory import LLMCall, Trajectory
-from astuner.logview.index import RolloutIndex, summarize
 from astuner.record import append_trajectories, read_trajectories
 
 
@@ -68,6 +68,13 @@ TRICKY = [
         error="Traceback (most recent call last):\n  ...\nValueError: bad\n",
     ),
     Trajectory(trajectory_id="t4", reward=None, metadata={"workflow_output": {"reward": 2}}),
+    # An auxiliary model's calls (a judge's) are kept apart: neither an agent nor a turn of the run.
+    Trajectory(
+        trajectory_id="t5",
+        calls=[LLMCall(agent_name="default")],
+        auxiliary_calls=[LLMCall(agent_name="critic", trainable=False)] * 2,
+        reward=1.0,
+    ),
 ]
 
 
@@ -117,7 +124,7 @@ def test_index_starts_over_when_the_file_is_replaced(tmp_path: Path) -> None:
 
 
 def test_lines_across_read_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("astuner.logview.index._CHUNK", 97)
+    monkeypatch.setattr("astuner_logview.index._CHUNK", 97)
     path = tmp_path / "step_1.jsonl"
     trajectories = [Trajectory(trajectory_id=f"t{i}", task_id="x" * (i * 13)) for i in range(40)]
     append_trajectories(path, trajectories)

@@ -3,7 +3,7 @@
 Routes (all GET):
 
 - `/`: the page; `/static/<file>`: its script and style, only files
-  shipped in `astuner/logview/static/`.
+  shipped in `astuner_logview/static/`.
 - `/api/runs`: the run list.
 - `/api/trajectories?run=&offset=&limit=&step=&task=&min_reward=&max_reward=&success=&madness=&error=&agent=`:
   a filtered page of trajectory summaries (`success`, `madness`, `error`: `yes`/`no`; `agent`: those
@@ -20,7 +20,7 @@ exists. Every response forbids content sniffing and, through a content
 security policy, any script or style not served from here, as a second line
 of defence behind the page's own escaping.
 
-Before any route, `AccessGuard` (see `astuner.logview.access`) refuses a
+Before any route, `AccessGuard` (see `astuner_logview.access`) refuses a
 request whose Host is not a loopback name when the server is bound to
 loopback (403: DNS rebinding), and one without the access token when there
 is one (401).
@@ -35,9 +35,9 @@ import pydantic_core
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 
-from astuner.core.health import run_health
-from astuner.logview.access import AccessGuard
-from astuner.logview.store import Filters, NotFound, RecordStore
+from astuner.api import run_health
+from astuner_logview.access import AccessGuard
+from astuner_logview.store import Filters, NotFound, RecordStore
 
 STATIC = Path(__file__).parent / "static"
 _FILE_TAIL = 1 << 20

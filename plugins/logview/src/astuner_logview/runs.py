@@ -23,7 +23,6 @@ it; without one they confine to the run folder itself.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from astuner.run_status import STATUS_FILE, RunStatus, read_status
+from astuner.api import STATUS_FILE, RunStatus, read_metrics, read_status
 
 _MAX_DEPTH = 3
 _STEP_FILE = re.compile(r"step_(\d+)\.jsonl$")
@@ -155,24 +154,10 @@ def read_config(run: Path, root: Path | None = None) -> dict[str, Any]:
     return block if isinstance(block, dict) else {}
 
 
-def read_metrics(run: Path, root: Path | None = None) -> list[dict[str, Any]]:
-    """The rows of `metrics.jsonl` (none when it is outside `root`); unreadable lines are skipped."""
-    rows: list[dict[str, Any]] = []
+def run_metrics(run: Path, root: Path | None = None) -> list[dict[str, Any]]:
+    """The rows of the run's `metrics.jsonl` (none when it lies outside `root`); bad lines are skipped."""
     path = _run_file(run, "metrics.jsonl", root)
-    if path is None:
-        return rows
-    try:
-        with path.open(encoding="utf-8") as lines:
-            for line in lines:
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(row, dict):
-                    rows.append(row)
-    except OSError:
-        pass
-    return rows
+    return [] if path is None else read_metrics(path)
 
 
 def run_time(run: Path, root: Path | None = None) -> str:
@@ -188,7 +173,7 @@ def run_info(root: Path, run: Path) -> RunInfo:
     """What the run list shows for `run`, reading only what resolves inside `root`."""
     status = read_status(run) if _run_file(run, STATUS_FILE, root) is not None else RunStatus("unknown")
     config = read_config(run, root)
-    metrics = read_metrics(run, root)
+    metrics = run_metrics(run, root)
     files = rollout_files(run, root)
     steps = {s for s in (step_of(f) for f in files) if s is not None}
     steps.update(int(row["step"]) for row in metrics if isinstance(row.get("step"), int))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -11,23 +12,23 @@ from pathlib import Path
 
 import httpx
 import pytest
+from astuner_logview.server import start_logview
+from logview_records import logview_plugins
 from typer.testing import CliRunner
 
 from astuner.cli import make_app
 from astuner.errors import AstunerError
-from astuner.logview import start_logview
-from astuner.plugins import Plugins
 
 
 def app_with_logview():
-    # `logview_command` is a kernel default plugin, so a fresh manager has it.
-    return make_app(Plugins(load_entry_points=False))
+    return make_app(logview_plugins())
 
 
 def test_command_is_listed() -> None:
     result = CliRunner().invoke(app_with_logview(), ["logview", "--help"])
     assert result.exit_code == 0
     assert "--port" in result.output and "--host" in result.output
+    assert "<bool>" not in result.output  # plain click help, like the kernel's commands
 
 
 def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
@@ -65,7 +66,7 @@ def test_command_serves_until_interrupted(record_root: Path) -> None:
 
         # Ctrl-C must arrive even where this test runs as a shell's background job (SIGINT ignored).
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        make_app(Plugins(load_entry_points=False))(["logview", sys.argv[1], "--port", "0"])
+        make_app(Plugins())(["logview", sys.argv[1], "--port", "0"])
         """
     )
     proc = subprocess.Popen(
@@ -73,6 +74,7 @@ def test_command_serves_until_interrupted(record_root: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        env=os.environ | {"ASTUNER_LOAD_PLUGINS": "logview"},  # the installed plugin, by its entry point
     )
     try:
         lines = []

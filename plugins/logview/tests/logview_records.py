@@ -25,6 +25,7 @@ import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
+import astuner_logview.plugin
 import yaml
 from typer.testing import CliRunner
 
@@ -141,11 +142,18 @@ def scripted_plugins(tokenizer_dir: Path) -> Plugins:
 
         register("scripted", scripted)
 
-    plugins = Plugins(load_entry_points=False)
+    plugins = logview_plugins()
     plugin = SimpleNamespace(
         register_workflows=hookimpl(register_workflows), register_engines=hookimpl(register_engines)
     )
     plugins.add(plugin, name="logview_test")
+    return plugins
+
+
+def logview_plugins() -> Plugins:
+    """A plugin manager with the kernel's defaults and this plugin (command and companion `logview`) only."""
+    plugins = Plugins(load_entry_points=False)
+    plugins.add(astuner_logview.plugin, name="logview")
     return plugins
 
 

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from astuner_logview.server import LogviewServer, start_logview
 from logview_records import TASKS, debug_run
 
-from astuner.logview import LogviewServer, start_logview
 from astuner.testing.tokenizers import qwen25_tokenizer
 
 
