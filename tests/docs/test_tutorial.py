@@ -24,6 +24,7 @@ from types import ModuleType
 import pytest
 
 from astuner.default_plugins.vllm_engine import free_port
+from astuner.record import read_trajectories
 
 REPO = Path(__file__).resolve().parents[2]
 TUTORIAL = REPO / "docs" / "tutorial.md"
@@ -122,7 +123,7 @@ def _serve_once(command: str, cwd: Path, env: dict[str, str]) -> None:
 @pytest.mark.timeout(2400)
 def test_the_tutorial_runs_from_an_empty_folder(tmp_path: Path) -> None:
     env = _environment()
-    ran = []
+    ran, outputs = [], []
     for marker, commands in blocks(TUTORIAL.read_text()):
         for command in commands:
             if marker == "tested: run":
@@ -132,15 +133,24 @@ def test_the_tutorial_runs_from_an_empty_folder(tmp_path: Path) -> None:
                 output = f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
                 assert result.returncode == 0, f"$ {command}\n{output}"
                 ran.append(command)
+                outputs.append(result.stdout)
             elif marker == "tested: serve":
                 _serve_once(command, tmp_path, env)
                 ran.append(command)
     assert [c.split()[1] for c in ran] == ["init", "data", "run", "run", "eval", "logview"]
 
     # What the tutorial says each step leaves behind.
+    assert "astuner run --conf demo/demo.yaml --backbone debug" in outputs[0]  # init's next step
     records = tmp_path / "launcher_record"
     (debug_run,) = (records / "demo").glob("*/rollouts/debug.jsonl")
-    assert debug_run.read_text().count("\n") == 4
+    debugged = read_trajectories(debug_run)
+    assert len(debugged) == 4  # debug.debug_first_n_tasks
+    for t in debugged:
+        assert t.error is None, t.error
+        assert t.reward in (0.0, 1.0)
+        assert t.calls[0].prompt_ids and len(t.calls[0].response_logprobs) == len(t.calls[0].response_ids)
+    # the model saw its one tool
+    assert [tool["function"]["name"] for tool in debugged[0].calls[0].tools or []] == ["calculate"]
     (checkpoint,) = (records / "demo").glob("*/checkpoints/step_2")
     assert (checkpoint / "config.json").is_file()
     run = checkpoint.parent.parent

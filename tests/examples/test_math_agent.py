@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from astuner_logview.tokens import trajectory_view
 from astuner.config import load_config
 from astuner.core.merge import merge_trajectory
 from astuner.record import read_trajectories
+from astuner.testing.records import rollout_rows
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "math_agent"
@@ -110,7 +110,7 @@ def test_debug_run_on_gsm8k_with_smollm2(tmp_path: Path) -> None:
     for row in rows:
         assert row.split("│")[3].strip() in ("0.000", "1.000")  # the reward column
     (rollout_file,) = (tmp_path / "records").glob("math_agent/*/rollouts/debug.jsonl")
-    lines = [json.loads(line) for line in rollout_file.read_text(encoding="utf-8").splitlines()]
+    lines = rollout_rows(rollout_file)
     assert [line["task_id"] for line in lines] == ["test-0", "test-1"]
     for line in lines:
         assert line["error"] is None, line["error"]

@@ -161,28 +161,6 @@ def test_the_readme_command_runs_the_scaffold_with_the_debug_backbone(
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_init_demo_then_debug_run_on_smollm2(tmp_path: Path) -> None:
-    """The quick start as a user types it: `astuner init demo`, then the debug run on SmolLM2."""
-    created = run_astuner("init", "demo", cwd=tmp_path)
-    assert created.returncode == 0, created.stderr
-    assert "astuner run --conf demo/demo.yaml --backbone debug" in created.stdout
-    result = run_astuner("run", "--conf", "demo/demo.yaml", "--backbone", "debug", cwd=tmp_path, timeout=880)
-    assert result.returncode == 0, result.stderr
-    assert "arith-validation-00003" in result.stdout
-    (rollout_file,) = (tmp_path / "launcher_record" / "demo").glob("*/rollouts/debug.jsonl")
-    trajectories = read_trajectories(rollout_file)
-    assert len(trajectories) == 4
-    for t in trajectories:
-        assert t.error is None, t.error
-        assert t.reward in (0.0, 1.0)
-        call = t.calls[0]
-        assert call.prompt_ids and call.response_ids
-        assert len(call.response_logprobs) == len(call.response_ids)
-    assert [tool["function"]["name"] for tool in trajectories[0].calls[0].tools or []] == ["calculate"]
-
-
-@pytest.mark.slow
 def test_templates_ship_in_the_wheel(tmp_path: Path) -> None:
     """A non-editable install (the built wheel) finds its templates as package data."""
     wheels, target = tmp_path / "wheels", tmp_path / "site"
