@@ -70,7 +70,7 @@ from astuner.protocols import (
 )
 from astuner.ray_cluster import ray_head_for_run, require_gpus
 from astuner.record import ExperimentDir, append_lines, append_trajectories, read_metrics, read_trajectories
-from astuner.rollout.agents import AgentPlan, agent_plan
+from astuner.rollout.agents import AgentPlan, agent_plan, refuse_agent_adapters
 from astuner.rollout.engine import (
     ChatEngine,
     ChatReply,
@@ -150,6 +150,7 @@ __all__ = [  # noqa: RUF022
     # multi-agent workflows: which agents train, and their adapters
     "AgentPlan",
     "agent_plan",
+    "refuse_agent_adapters",
     # trajectories and samples
     "LLMCall",
     "MergeReport",

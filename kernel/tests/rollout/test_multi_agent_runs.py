@@ -11,7 +11,7 @@ from astuner import Task, Workflow, WorkflowOutput
 from astuner.config import AstunerConfig
 from astuner.core.task import JudgeOutput
 from astuner.errors import ConfigError
-from astuner.rollout.agents import agent_plan
+from astuner.rollout.agents import agent_plan, refuse_agent_adapters
 from astuner.rollout.engine import Generation, SamplingParams
 from astuner.rollout.runner import RolloutRunner
 from astuner.rollout.workflow import adapt_workflow
@@ -52,6 +52,17 @@ def test_adapters_train_their_agents_and_fixed_ones_need_a_folder(tmp_path) -> N
 def test_plans_that_cannot_work_name_the_key(astuner: dict, targets: list[str], says: str) -> None:
     with pytest.raises(ConfigError, match=says):
         agent_plan(config(**astuner), targets)
+
+
+def test_a_backbone_without_adapters_refuses_every_agent_lora_in_one_paragraph() -> None:
+    refuse_agent_adapters(config(agents={"wolf": {}}), "backbone x", "one model", "backbone torch")
+    adapters = config(agents={"wolf": {"lora": {}}, "seer": {}, "witch": {"lora": {"rank": 4}}})
+    with pytest.raises(ConfigError, match=r"^agents\.wolf\.lora, agents\.witch\.lora: backbone x ") as error:
+        refuse_agent_adapters(adapters, "backbone x", "one model", "backbone torch", "one group per agent")
+    message = str(error.value)
+    assert "\n" not in message and "seer" not in message
+    assert "(one model); they need backbone torch" in message and "rollout.trainable_targets" in message
+    assert message.endswith("With per-agent rewards, one group per agent.")
 
 
 def test_agent_names_are_checked() -> None:

@@ -74,3 +74,21 @@ def agent_plan(config: AstunerConfig, workflow_targets: Sequence[str] = ()) -> A
             )
         fixed[name] = lora.path
     return AgentPlan(targets, {name: loras[name] for name in targets}, fixed)
+
+
+def refuse_agent_adapters(config: AstunerConfig, where: str, why: str, need: str, grouping: str = "") -> None:
+    """A ConfigError naming every `agents.<name>.lora` of `config`, for a backbone (or one of its
+    rollout paths) that runs every agent on one model; nothing when no agent has an adapter.
+
+    `where` names it ("backbone verl"), `why` says why it has no per-agent adapters, `need` what
+    would serve them ("backbone torch"), and `grouping` how it groups each agent's runs with
+    per-agent rewards, when it does ("each agent's experiences form a group of their own")."""
+    keys = [f"agents.{name}.lora" for name, agent in config.agents.items() if agent.lora is not None]
+    if not keys:
+        return
+    grouped = f" With per-agent rewards, {grouping}." if grouping else ""
+    raise ConfigError(
+        f"{', '.join(keys)}: {where} has no per-agent adapters ({why}); they need {need}, or remove the "
+        f"agents' lora blocks to stay on {where}. What does carry over to {where}: per-agent rewards "
+        f"(JudgeOutput(reward={{agent: value}})) and trainable targets (rollout.trainable_targets).{grouped}"
+    )

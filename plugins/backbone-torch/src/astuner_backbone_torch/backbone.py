@@ -45,6 +45,7 @@ from astuner.api import (
     get_logger,
     merge_trajectory,
     plugin_settings,
+    refuse_agent_adapters,
     rollout_stack,
     sampling_from_config,
 )
@@ -128,12 +129,13 @@ class TorchBackbone:
                 "that runs other engines (verl, trinity)."
             )
         on_vllm = config.rollout.engine == "vllm"
-        if on_vllm and agent_plan(config).adapters:
-            raise ConfigError(
-                f"agents.<name>.lora gives agents {sorted(agent_plan(config).adapters)} adapters of their "
-                "own, which backbone torch serves only from the policy in this process: set "
-                "rollout.engine: transformers (or auto), or remove the agents' lora blocks to roll out "
-                "on vLLM."
+        if on_vllm:
+            refuse_agent_adapters(
+                config,
+                "backbone torch on vLLM",
+                "it serves adapters only from the policy it trains, in this process",
+                "rollout.engine: transformers (or auto)",
+                "each agent's calls form a group of their own",
             )
         estimator = estimator_name(config)
         quiet_transformers()

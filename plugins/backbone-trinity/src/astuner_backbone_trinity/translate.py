@@ -12,13 +12,13 @@ from typing import Any
 
 from astuner.api import (
     AstunerConfig,
-    ConfigError,
     Source,
     apply_rules,
     estimator_counterparts,
     flatten,
     lookup,
     nest,
+    refuse_agent_adapters,
 )
 from astuner_backbone_trinity.settings import trinity_defaults, trinity_settings
 
@@ -97,24 +97,15 @@ FIXED: dict[str, Any] = {
 
 def translate(config: AstunerConfig) -> dict[str, Any]:
     """Trinity keys (dotted) -> values: the table, astuner's defaults (`settings`), the fixed wiring,
-    then the `trinity:` block."""
-    _no_agent_adapters(config)
+    then the `trinity:` block; a ConfigError for per-agent adapters, since Trinity trains one model."""
+    refuse_agent_adapters(
+        config,
+        "backbone trinity",
+        "Trinity's explorer serves one model and its trainer updates it for every agent",
+        "backbone torch",
+        "each agent's experiences form a group of their own",
+    )
     return {**apply_rules(config, RULES), **trinity_defaults(config), **FIXED, **flatten(config.trinity)}
-
-
-def _no_agent_adapters(config: AstunerConfig) -> None:
-    """Per-agent LoRA adapters (`agents.<name>.lora`) are backbone torch's: Trinity trains one model."""
-    for name, agent in config.agents.items():
-        if agent.lora is None:
-            continue
-        message = (
-            f"agents.{name}.lora: backbone trinity has no per-agent adapters (Trinity's explorer serves one "
-            "model and its trainer updates it for every agent); they need backbone torch, or remove the "
-            "agents' lora blocks to train with Trinity. What does carry over: per-agent rewards "
-            "(JudgeOutput(reward={agent: value})), each agent's experiences a group of their own, and "
-            "trainable targets (rollout.trainable_targets)."
-        )
-        raise ConfigError(message)
 
 
 def engine_config(config: AstunerConfig) -> dict[str, Any]:

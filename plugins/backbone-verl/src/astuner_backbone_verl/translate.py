@@ -16,12 +16,12 @@ from typing import Any
 
 from astuner.api import (
     AstunerConfig,
-    ConfigError,
     Source,
     apply_rules,
     estimator_counterparts,
     flatten,
     lookup,
+    refuse_agent_adapters,
 )
 from astuner_backbone_verl.settings import verl_defaults
 
@@ -118,21 +118,16 @@ FIXED: dict[str, Any] = {
 
 def translate(config: AstunerConfig) -> dict[str, Any]:
     """verl keys (dotted) -> values: the table, astuner's defaults of verl-only keys, the fixed wiring,
-    then the `verl:` block."""
-    _check_agents(config)
+    then the `verl:` block; a ConfigError for per-agent adapters, since verl trains one policy."""
+    refuse_agent_adapters(
+        config,
+        "backbone verl",
+        "verl updates one policy that every agent generates with",
+        "backbone torch",
+        "each verl group (one prompt's runs) trains one agent, picked among the trainable agents the judge "
+        "scored",
+    )
     return {**apply_rules(config, RULES), **verl_defaults(config), **FIXED, **flatten(config.verl)}
-
-
-def _check_agents(config: AstunerConfig) -> None:
-    """A ConfigError for per-agent LoRA adapters: verl trains one policy, which every agent shares."""
-    keys = [f"agents.{name}.lora" for name, agent in config.agents.items() if agent.lora is not None]
-    if keys:
-        raise ConfigError(
-            f"{', '.join(keys)}: backbone verl has no per-agent adapters (verl updates one policy that "
-            "every agent generates with); they need backbone torch, or remove the agents' lora blocks to "
-            "train with verl. What does carry over to verl: per-agent rewards (JudgeOutput(reward={agent: "
-            "value})) and trainable targets (rollout.trainable_targets)."
-        )
 
 
 def hydra_overrides(flat: Mapping[str, Any]) -> list[str]:
