@@ -98,5 +98,11 @@ def test_agent_metrics_per_agent_of_a_multi_agent_workflow() -> None:
     assert (
         metrics["train/agent/wolf/calls_mean"] == 2 and metrics["train/agent/wolf/response_tokens_mean"] == 4
     )
+    # The judge left the seer out of the second game: that game's 0.5 (the wolf's) is no score of the seer's.
+    unscored = rollout_metrics([game({"wolf": 1.0, "seer": -1.0}), game({"wolf": 0.5})], "train")
+    assert unscored["train/agent/seer/reward_mean"] == -1.0 and unscored["train/agent/seer/win_rate"] == 0.0
+    assert unscored["train/agent/wolf/reward_mean"] == 0.75 and unscored["train/agent/seer/calls_mean"] == 1
+    scalar = rollout_metrics([game({}), Trajectory(trajectory_id="u", calls=[], reward=1.0)], "train")
+    assert scalar["train/agent/seer/reward_mean"] == 0.5 and scalar["train/agent/wolf/win_rate"] == 0.5
     single = rollout_metrics([Trajectory(trajectory_id="s", calls=[LLMCall()], reward=1.0)], "train")
     assert not any("/agent/" in key for key in single)

@@ -51,9 +51,9 @@ def rollout_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str
 
 def agent_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str, float]:
     """Per agent of a multi-agent workflow (more than one agent name, or per-agent rewards), under
-    `<prefix>/agent/<name>/`: `reward_mean` (its own reward, else the run's), `win_rate` (share of
-    scored runs where that reward was positive), `calls_mean` and `response_tokens_mean` per run.
-    Empty for single-agent workflows."""
+    `<prefix>/agent/<name>/`: `reward_mean` (over the runs that scored it: see `_agent_reward`),
+    `win_rate` (share of those runs where its reward was positive), `calls_mean` and
+    `response_tokens_mean` per run. Empty for single-agent workflows."""
     names = sorted(
         {c.agent_name for t in trajectories for c in t.calls}
         | {a for t in trajectories for a in t.agent_rewards}
@@ -63,11 +63,7 @@ def agent_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str, 
     n = max(len(trajectories), 1)
     out: dict[str, float] = {}
     for name in names:
-        rewards = [
-            t.agent_rewards.get(name, r) if t.agent_rewards else r
-            for t in trajectories
-            if t.error is None and (r := scalar_reward(t)) is not None
-        ]
+        rewards = [r for t in trajectories if (r := _agent_reward(t, name)) is not None]
         calls = [c for t in trajectories for c in t.calls if c.agent_name == name]
         key = f"{prefix}/agent/{name}"
         out[f"{key}/reward_mean"] = sum(rewards) / len(rewards) if rewards else 0.0
@@ -75,6 +71,17 @@ def agent_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str, 
         out[f"{key}/calls_mean"] = len(calls) / n
         out[f"{key}/response_tokens_mean"] = sum(len(c.response_ids) for c in calls) / n
     return out
+
+
+def _agent_reward(trajectory: Trajectory, name: str) -> float | None:
+    """Agent `name`'s reward in `trajectory`: with per-agent rewards its own, None when the judge
+    left it out (the run's reward is the scored agents' mean, not a score of this one); with one
+    reward for the run (a scalar judge) that reward, every agent's. None for a failed or unscored run."""
+    if trajectory.error is not None:
+        return None
+    if trajectory.agent_rewards:
+        return trajectory.agent_rewards.get(name)
+    return scalar_reward(trajectory)
 
 
 def tool_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str, float]:
