@@ -51,9 +51,10 @@ def rollout_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str
 
 def agent_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str, float]:
     """Per agent of a multi-agent workflow (more than one agent name, or per-agent rewards), under
-    `<prefix>/agent/<name>/`: `reward_mean` (over the runs that scored it: see `_agent_reward`),
-    `win_rate` (share of those runs where its reward was positive), `calls_mean` and
-    `response_tokens_mean` per run. Empty for single-agent workflows."""
+    `<prefix>/agent/<name>/`: `reward_mean` (its own reward, over the runs the judge scored it in;
+    a run with one reward for all is every agent's), `win_rate` (share of those runs where its
+    reward was positive), `calls_mean` and `response_tokens_mean` per run. Empty for single-agent
+    workflows."""
     names = sorted(
         {c.agent_name for t in trajectories for c in t.calls}
         | {a for t in trajectories for a in t.agent_rewards}
