@@ -1,8 +1,10 @@
-"""Fixtures: real experiment folders (see `logview_records`) and viewers on free ports."""
+"""Fixtures: real experiment folders (see `logview_records`), viewers on free ports, and pages in
+headless Chromium (Debian's `chromium`) driven by Playwright for the browser tests."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,3 +63,42 @@ def serve() -> Iterator:
     yield start
     for viewer in started:
         viewer.stop()
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    """Headless Chromium; the test is skipped where Playwright or Chromium is missing."""
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="browser tests need `pip install playwright`"
+    )
+    if not Path(CHROMIUM).exists():
+        pytest.skip("needs Chromium: apt-get install -y chromium chromium-driver")
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser) -> Iterator:
+    """A fresh tab; the test fails if the page's script raised."""
+    context = browser.new_context(viewport={"width": 1500, "height": 950})
+    tab = context.new_page()
+    errors: list[str] = []
+    tab.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield tab
+    context.close()
+    assert errors == [], errors

@@ -12,7 +12,6 @@ from __future__ import annotations
 import colorsys
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -22,23 +21,8 @@ from logview_records import LONG_TURNS, SCRIPT, write_hint_run, write_werewolf_r
 sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need `pip install playwright`")
 expect = sync_api.expect
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 BLUE, ORANGE = "#09ABCF", "#D98510"
-
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(), reason="needs Chromium: apt-get install -y chromium chromium-driver"
-)
 
 
 def expected_colour(hex_colour: str, logprob: float | None) -> tuple[int, int, int]:
@@ -57,26 +41,6 @@ def background(locator) -> tuple[int, int, int]:
 
 def close_to(actual: tuple[int, ...], wanted: tuple[int, ...]) -> bool:
     return all(abs(a - w) <= 1 for a, w in zip(actual, wanted, strict=True))
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator:
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture
-def page(browser) -> Iterator:
-    context = browser.new_context(viewport={"width": 1500, "height": 950})
-    tab = context.new_page()
-    errors: list[str] = []
-    tab.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield tab
-    context.close()
-    assert errors == [], errors
 
 
 def open_run(page, url: str, experiment: str) -> None:
