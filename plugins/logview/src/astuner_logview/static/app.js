@@ -44,6 +44,21 @@ function fixed(value) {
   return typeof value === "number" ? value.toFixed(2) : "–";
 }
 
+// A pane draws only the answer to its latest request. Answers can come back out of order (a slow
+// fetch on a busy machine), and an older one drawn last would replace what the user opened since,
+// e.g. the Metrics tab a run opens on replacing the trajectory clicked before its metrics came.
+// `const fresh = listTurn()` at a request, then after its await: `if (!fresh()) return;`.
+function latestOnly() {
+  let latest = 0;
+  return () => {
+    const mine = ++latest;
+    return () => mine === latest;
+  };
+}
+
+const listTurn = latestOnly(); // the trajectory list
+const detailTurn = latestOnly(); // the detail pane: a trajectory or a tab
+
 function setStatus(text, isError = false) {
   const status = document.getElementById("status");
   status.textContent = text;
@@ -128,7 +143,7 @@ async function selectRun(id, keepSelection = false) {
   state.offset = 0;
   for (const row of document.querySelectorAll(".run-row")) row.classList.toggle("selected", row.dataset.run === id);
   writeHash();
-  await loadTrajectories();
+  if (!(await loadTrajectories())) return; // another run or filter was picked meanwhile
   if (state.file !== null && state.line !== null) await selectTrajectory(state.file, state.line);
   else await showTab(state.tab === "trajectory" ? "metrics" : state.tab);
 }
@@ -148,10 +163,19 @@ function fillSelect(select, values) {
   select.value = values.includes(current) ? current : "";
 }
 
+// Draws the list; false when a newer list request made this one stale (nothing drawn).
 async function loadTrajectories() {
-  if (state.run === null) return;
+  if (state.run === null) return false;
+  const fresh = listTurn();
   setStatus("loading trajectories…");
-  const page = await api("trajectories", { run: state.run, offset: state.offset, limit: PAGE, ...filterParams() });
+  let page;
+  try {
+    page = await api("trajectories", { run: state.run, offset: state.offset, limit: PAGE, ...filterParams() });
+  } catch (err) {
+    if (fresh()) throw err;
+    return false;
+  }
+  if (!fresh()) return false;
   const form = document.getElementById("filters");
   fillSelect(form.elements.step, page.steps);
   fillSelect(form.elements.agent, page.agents);
@@ -175,6 +199,7 @@ async function loadTrajectories() {
   markSelectedRow();
   renderPager(page);
   setStatus(`${page.trajectories} trajectories` + (page.bad_lines ? `, ${page.bad_lines} unreadable lines` : ""));
+  return true;
 }
 
 // "wolf 1.10 · seer 0.00 · villager": each agent that made calls (then any other the judge scored),
@@ -214,26 +239,40 @@ async function openFromList(file, line) {
 }
 
 async function selectTrajectory(file, line) {
+  const run = state.run;
+  const picked = () => state.run === run && state.file === file && state.line === line;
   state.file = file;
   state.line = line;
   state.tab = "trajectory";
+  state.view = null;
+  detailTurn(); // tab answers still on their way are dropped: the user has moved on
+  markTab();
   writeHash();
   markSelectedRow();
   setStatus("loading trajectory…");
+  let view;
   try {
-    state.view = await api("trajectory", { run: state.run, file, line });
+    view = await api("trajectory", { run, file, line });
   } catch (err) {
-    setStatus(err.message, true);
+    if (picked()) setStatus(err.message, true);
     return;
   }
+  if (!picked()) return; // another trajectory was picked meanwhile
+  state.view = view;
+  if (state.tab !== "trajectory") return; // another tab was opened meanwhile: it shows the view when reopened
   await showTab("trajectory");
-  setStatus(`${state.view.trajectory_id}`);
+  setStatus(`${view.trajectory_id}`);
+}
+
+function markTab() {
+  for (const button of document.querySelectorAll("#tabs button")) button.classList.toggle("active", button.dataset.tab === state.tab);
 }
 
 async function showTab(tab) {
+  const fresh = detailTurn();
   state.tab = tab;
+  markTab();
   writeHash();
-  for (const button of document.querySelectorAll("#tabs button")) button.classList.toggle("active", button.dataset.tab === tab);
   const detail = document.getElementById("detail");
   hideTip();
   if (state.run === null) return;
@@ -247,10 +286,10 @@ async function showTab(tab) {
     else if (tab === "config") content = await renderFile("config.yaml");
     else content = await renderFile("astuner.log");
   } catch (err) {
-    setStatus(err.message, true);
+    if (fresh()) setStatus(err.message, true);
     return;
   }
-  detail.replaceChildren(content);
+  if (fresh()) detail.replaceChildren(content);
 }
 
 // -------------------------------------------------------------------- start
