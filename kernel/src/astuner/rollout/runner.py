@@ -45,8 +45,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 from astuner.config import AstunerConfig
 from astuner.core.madness import MadnessCheck, MadnessMonitor, apply_madness_reward
 from astuner.core.task import JudgeOutput, Task, WorkflowOutput, WorkflowTask
@@ -60,6 +58,7 @@ from astuner.rollout.agentscope_model import model_tuner_class
 from astuner.rollout.engine import SamplingParams
 from astuner.rollout.gateway import Gateway
 from astuner.rollout.model_tuner import ModelTuner
+from astuner.rollout.progress import RolloutProgress
 from astuner.rollout.watchdog import LoopBlocked, watch_rollout, watch_run
 
 if TYPE_CHECKING:
@@ -125,7 +124,7 @@ class RolloutRunner:
         """Run every task `num_repeat` times; trajectories come back grouped, in task order."""
         limit = asyncio.Semaphore(self.settings.max_env_worker)
         total = len(tasks) * num_repeat
-        tracker = _ProgressTracker(total, tag, enabled=progress)
+        tracker = RolloutProgress(total, tag, enabled=progress)
         jobs = [
             self._run_one(task, f"{tag}-{i}", repeat, sampling, limit, tracker)
             for i, task in enumerate(tasks)
@@ -151,7 +150,7 @@ class RolloutRunner:
         repeat: int,
         sampling: SamplingParams,
         limit: asyncio.Semaphore,
-        progress: _ProgressTracker,
+        progress: RolloutProgress,
     ) -> Trajectory:
         async with limit:
             trajectory = await self.run_one(task, group_id, repeat, sampling)
@@ -339,50 +338,6 @@ async def _release(gym_env: Any, rollout_id: str) -> None:
     except Exception as exc:
         get_logger().warning(
             "environment release failed", rollout=rollout_id, error=f"{type(exc).__name__}: {exc}"
-        )
-
-
-class _ProgressTracker:
-    """A rich progress bar: runs done, mean reward, generated tokens per second."""
-
-    def __init__(self, total: int, tag: str, enabled: bool) -> None:
-        self.enabled = enabled and total > 0
-        self.started = time.perf_counter()
-        self.rewards: list[float] = []
-        self.tokens = 0
-        self.errors = 0
-        self._progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn(
-                "reward {task.fields[reward]}  {task.fields[tps]} tok/s  errors {task.fields[errors]}"
-            ),
-            TimeElapsedColumn(),
-            transient=False,
-            disable=not self.enabled,
-        )
-        self._task = self._progress.add_task(tag, total=total, reward="-", tps="-", errors=0)
-
-    def __enter__(self) -> _ProgressTracker:
-        self._progress.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._progress.__exit__(None, None, None)
-
-    def advance(self, trajectory: Trajectory) -> None:
-        self.tokens += sum(len(c.response_ids) for c in trajectory.calls)
-        if trajectory.error:
-            self.errors += 1
-        elif isinstance(trajectory.reward, (int, float)):
-            self.rewards.append(float(trajectory.reward))
-        elif isinstance(trajectory.reward, list) and trajectory.reward:
-            self.rewards.append(float(sum(trajectory.reward)))
-        elapsed = max(time.perf_counter() - self.started, 1e-9)
-        mean = f"{sum(self.rewards) / len(self.rewards):.3f}" if self.rewards else "-"
-        self._progress.update(
-            self._task, advance=1, reward=mean, tps=f"{self.tokens / elapsed:.0f}", errors=self.errors
         )
 
 
