@@ -152,7 +152,7 @@ def step_order(conf: Path, steps: int) -> list[list[tuple[str, str]]]:
     from astuner.config import load_config
     from astuner.plugins import Plugins
 
-    config = load_config(conf)
+    config = load_config(conf, backbone="torch")
     tasks = list(build_reader(config, Plugins()).read("train"))
     stream = TaskStream(tasks, config.data.train_batch_size, config.trainer_common.seed)
     return [[(t.main_query, t.metadata["answer"]) for t in stream.next_batch()] for _ in range(steps)]

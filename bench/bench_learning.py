@@ -121,7 +121,9 @@ def main() -> None:
 
     sys.path.insert(0, str(HERE))
     folder = Path(tempfile.mkdtemp(prefix="astuner-bench-learning-"))
-    config = load_config(bench_config(folder, args.steps, args.lr, args.val_tasks, args.new_tokens))
+    config = load_config(
+        bench_config(folder, args.steps, args.lr, args.val_tasks, args.new_tokens), backbone="torch"
+    )
     experiment = ExperimentDir.create(config)
     started = time.perf_counter()
     settings = TorchSettings.model_validate(config.model_extra.get("torch", {}))

@@ -54,7 +54,7 @@ def example_parts() -> tuple[str, dict[str, Any], list[dict[str, Any]], str]:
     toolkit = Toolkit()
     toolkit.register_tool_function(workflow.execute_python_code)
     (tool,) = toolkit.get_json_schemas()
-    config = load_config(EXAMPLE / "math_agent_arith.yaml")
+    config = load_config(EXAMPLE / "math_agent_arith.yaml", for_training=False)  # rollouts only
     return workflow.SYSTEM_PROMPT, tool, config.model.tool_demonstration, config.model.path
 
 
