@@ -1,6 +1,10 @@
 import asyncio
+import os
 import shlex
+import signal
+import socket
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -77,6 +81,36 @@ def test_starts_a_server_when_no_url_and_stops_it_by_pid(tmp_path: Path) -> None
 
     assert asyncio.run(go()).token_ids == [3, 2, 1, END]
     assert process.poll() is not None
+
+
+def test_a_server_whose_socket_closes_before_it_exits_is_reported_as_exited() -> None:
+    """A failed call gives the server a moment to finish exiting, then names its exit code."""
+    stub = Path(__file__).with_name("vllm_stub.py")
+    settings = VllmEngineSettings(serve_command=shlex.join([sys.executable, str(stub)]), startup_timeout=60)
+    engine = VllmEngine(settings, load_config(None, environ={}))
+    assert engine.server is not None
+    port = int(engine.url.rsplit(":", 1)[1])
+
+    async def go() -> AstunerError:
+        await engine.generate([1, 2, 3], SamplingParams(max_tokens=8))
+        os.kill(engine.server.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # until the socket is closed, the process still there
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            except OSError:
+                break
+            await asyncio.sleep(0.05)
+        assert engine.server.alive()
+        try:
+            with pytest.raises(AstunerError) as error:
+                await engine.generate([1, 2, 3], SamplingParams(max_tokens=8))
+        finally:
+            await engine.aclose()
+        return error.value
+
+    message = str(asyncio.run(go()))
+    assert "exited with code 9 during the run" in message and "Last lines of its log" in message
 
 
 def test_a_server_that_dies_at_start_is_reported() -> None:

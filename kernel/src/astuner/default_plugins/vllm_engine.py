@@ -174,7 +174,7 @@ class VllmEngine:
         try:
             reply = await self._client.post(path, json=body)
         except httpx.TransportError as exc:
-            if self.server is not None and not self.server.alive():
+            if self.server is not None and await self.server.exited():
                 raise self.server.failure(
                     f"The vLLM server this run started (pid {self.server.pid}) exited with code "
                     f"{self.server.process.returncode} during the run."

@@ -8,6 +8,7 @@ stopped through the process group of the PID this run started, never by name.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -117,6 +118,19 @@ class VllmServer:
 
     def alive(self) -> bool:
         return self.process.poll() is None
+
+    async def exited(self, grace: float = 5.0) -> bool:
+        """Whether the server has exited, given it `grace` seconds to finish doing so.
+
+        A killed server's sockets close a moment before its process can be
+        reaped; on a loaded machine that moment is long enough for a failed
+        call to find the process still there.
+        """
+        try:
+            await asyncio.to_thread(self.process.wait, grace)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
 
     def failure(self, what: str) -> AstunerError:
         """An error about this server: what happened, its command, and the end of its log."""
