@@ -15,7 +15,6 @@ from typer.testing import CliRunner
 
 from astuner import hookimpl
 from astuner.cli import make_app
-from astuner.compat import Notices
 from astuner.config import load_config
 from astuner.config_show import annotated_yaml
 from astuner.errors import ConfigError, PluginError
@@ -66,7 +65,6 @@ def listen(capsys: pytest.CaptureFixture[str]) -> Callable[[], str]:
     Call it in the test body: a fixture's captured stream is closed before the test runs.
     """
     configure_logging()
-    Notices.forget()
     capsys.readouterr()
     return lambda: capsys.readouterr().err
 

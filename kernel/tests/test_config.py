@@ -2,7 +2,6 @@ from pathlib import Path
 
 import pytest
 
-from astuner.compat import Notices
 from astuner.components import build_reader, check_plugin_blocks
 from astuner.config import load_config, parse_overrides
 from astuner.errors import ConfigError
@@ -86,7 +85,6 @@ def test_seed_style_file_loads_with_one_notice_per_spelling(tmp_path: Path, caps
         "verl:\n  actor_rollout_ref:\n    actor:\n      ppo_mini_batch_size: 16\n"
     )
     configure_logging()
-    Notices.forget()
     config = load_config(path, environ={})
     load_config(path, environ={})  # a run loads its config more than once: still one notice each
     err = capsys.readouterr().err

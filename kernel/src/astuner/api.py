@@ -49,7 +49,7 @@ from astuner.core.trajectory import LLMCall, Sample, Trajectory
 from astuner.default_plugins.vllm_engine import VllmEngine, VllmEngineSettings
 from astuner.errors import AstunerError, ConfigError, PluginError
 from astuner.hookspecs import Register, hookimpl
-from astuner.logs import configure_logging, get_logger
+from astuner.logs import configure_logging, get_logger, warn_once
 from astuner.notify import Notifier, RunSummary
 from astuner.plugins import NotReady, Plugins
 from astuner.protocols import (
@@ -211,6 +211,7 @@ __all__ = [  # noqa: RUF022
     "cache_dir",
     "configure_logging",
     "get_logger",
+    "warn_once",
     "RunSummary",
     "read_metrics",
     "read_trajectories",

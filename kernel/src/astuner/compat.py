@@ -5,7 +5,7 @@ top-level `astune:` block, `rollout.agentscope_learn_protocol`, judges named
 `astune.task_judge.math_answer_as_judge->MathAnswerAsJudge`, engine-only keys
 such as `trainer_common.trinity_only__n_vllm_engine`. They keep working:
 `translate()` rewrites one layer of raw config (a file's `astuner:` block,
-the environment, the `-o` overrides) before validation, and `Notices` says
+the environment, the `-o` overrides) before validation, and `emit_notices` says
 once per run, in one short line each, what was rewritten. Nothing here is
 ever an error, except two spellings of one key that disagree.
 
@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from astuner.errors import ConfigError
-from astuner.logs import get_logger
+from astuner.logs import warn_once
 
 if TYPE_CHECKING:
     from astuner.core.task import WorkflowOutput, WorkflowTask
@@ -223,23 +223,10 @@ def judge_input_dictionary(workflow_task: WorkflowTask, output: WorkflowOutput) 
     }
 
 
-class Notices:
-    """Prints each notice once per process: a run loads its config more than once."""
-
-    _seen: ClassVar[set[str]] = set()
-
-    @classmethod
-    def emit(cls, notices: Iterable[str]) -> None:
-        log = get_logger()
-        for text in notices:
-            if text not in cls._seen:
-                cls._seen.add(text)
-                log.warning(f"{text} See {DOCS}.")
-
-    @classmethod
-    def forget(cls) -> None:
-        """Print every notice again (tests)."""
-        cls._seen.clear()
+def emit_notices(notices: Iterable[str]) -> None:
+    """Warn about each notice once per process: a run loads its config more than once."""
+    for text in notices:
+        warn_once(text, f"{text} See {DOCS}.")
 
 
 def _alias(data: dict[str, Any], old: str, new: str, value: Any, where: str) -> None:

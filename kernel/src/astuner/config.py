@@ -214,7 +214,7 @@ def load_config(
     )
     if unused and for_training:
         notices.append(f"Not used on backbone '{config.backbone}': {', '.join(unused)}.")
-    compat.Notices.emit(notices)
+    compat.emit_notices(notices)
     return config
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -97,3 +98,28 @@ def get_logger(**context: Any) -> structlog.stdlib.BoundLogger:
     if not _configured:
         configure_logging()
     return structlog.stdlib.get_logger(LOGGER_NAME).bind(**context)
+
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_once(key: str, event: str, **fields: Any) -> bool:
+    """Log the warning `event` the first time this process is given `key`; whether it was logged now.
+
+    For a condition a run meets over and over (every rollout, every tool
+    call, every load of its config): it is one fact about the run, so one
+    line says it. Threads share the memory (Trinity runs episodes on several).
+    """
+    with _warned_lock:
+        if key in _warned:
+            return False
+        _warned.add(key)
+    get_logger().warning(event, **fields)
+    return True
+
+
+def forget_warnings() -> None:
+    """Warn again about every key (`astuner.testing` does this before each test)."""
+    with _warned_lock:
+        _warned.clear()

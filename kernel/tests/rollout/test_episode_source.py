@@ -12,8 +12,6 @@ import asyncio
 from collections import Counter
 from pathlib import Path
 
-from structlog.testing import capture_logs
-
 from astuner.config import load_config
 from astuner.core.task import Task
 from astuner.core.tokenizer import ChatTokenizer
@@ -96,18 +94,3 @@ def test_an_episode_cancelled_while_the_gateway_starts_leaves_it_to_the_others(
         return second.reward
 
     assert asyncio.run(cancel_the_first()) == 1.0
-
-
-def test_a_worker_logs_a_warning_once_however_many_rollouts_meet_it(
-    plugins: Plugins, write_config, workdir: Path
-) -> None:
-    source, _ = _source(plugins, write_config, workdir)
-    with capture_logs() as logs:
-        for count in (1, 2):
-            source.warn_once("untrained", f"{count} calls left out", task="t")
-        source.warn_once("other", "another condition")
-    assert [(log["event"], log["log_level"]) for log in logs] == [
-        ("1 calls left out", "warning"),
-        ("another condition", "warning"),
-    ]
-    assert logs[0]["task"] == "t"

@@ -13,7 +13,6 @@ import pytest
 from pydantic import BaseModel
 
 from astuner import Task, Workflow, WorkflowOutput, WorkflowTask
-from astuner.compat import Notices
 from astuner.config import load_config
 from astuner.logs import configure_logging
 from astuner.rollout.engine import SamplingParams
@@ -68,7 +67,6 @@ class DictionaryJudge:
 
 def test_first_form_workflow_hands_its_answer_to_a_dictionary_judge(make_runner, capsys) -> None:
     configure_logging()
-    Notices.forget()
     runner, _ = make_runner(FirstForm, lambda prompt: "42")
     runner.judge = AdaptedJudge(DictionaryJudge(None), "DictionaryJudge")
     others = [TASK.model_copy(update={"task_id": f"q{i}"}) for i in range(3)]

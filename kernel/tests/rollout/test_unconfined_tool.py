@@ -18,9 +18,8 @@ agentscope_tool = pytest.importorskip("agentscope.tool")
 
 
 @pytest.fixture
-def logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict]]:
-    """What is logged during the test, with the once-per-process flag fresh."""
-    monkeypatch.setattr(unconfined_tool, "_warned", False)
+def logs() -> Iterator[list[dict]]:
+    """What is logged during the test (astuner.testing starts each test with nothing warned yet)."""
     get_logger()  # its first use configures structlog, which would drop the capture's processors
     with capture_logs() as captured:
         yield captured

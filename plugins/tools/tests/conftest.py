@@ -6,13 +6,7 @@ import socket
 from collections.abc import Iterator
 
 import pytest
-from astuner_tools.notices import forget
 from sandbox_parts import usable
-
-
-@pytest.fixture(autouse=True)
-def _fresh_notices() -> None:
-    forget()
 
 
 @pytest.fixture(params=["bwrap", "unshare"])

@@ -2,33 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
-from astuner_tools import backends, notices, run_python_sync
+from astuner_tools import backends, run_python_sync
 from sandbox_parts import run
+from structlog.testing import capture_logs
+
+from astuner.api import get_logger
 
 
 @pytest.fixture
-def warnings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    logged: list[str] = []
-
-    class Logger:
-        def warning(self, message: str, **fields: Any) -> None:
-            logged.append(message)
-
-    monkeypatch.setattr(notices, "get_logger", Logger)
-    return logged
+def logs() -> Iterator[list[dict]]:
+    """What is logged during the test (astuner.testing starts each test with nothing warned yet)."""
+    get_logger()  # its first use configures structlog, which would drop the capture's processors
+    with capture_logs() as captured:
+        yield captured
 
 
 def test_no_sandbox_is_said_once_with_what_is_missing(
-    monkeypatch: pytest.MonkeyPatch, warnings: list[str]
+    monkeypatch: pytest.MonkeyPatch, logs: list[dict]
 ) -> None:
     reasons = {"bwrap": "bwrap is not installed", "unshare": "unshare failed: Operation not permitted"}
     monkeypatch.setattr(backends, "probe", lambda sandbox: reasons.get(sandbox))
     for _ in range(2):
         result = run_python_sync("print(6 * 7)")
         assert (result.sandbox, result.stdout) == ("none", "42\n")
+    warnings = [log["event"] for log in logs if log["log_level"] == "warning"]
     (warning,) = [w for w in warnings if "WITHOUT a sandbox" in w]
     assert "bwrap is not installed" in warning and "Operation not permitted" in warning
 

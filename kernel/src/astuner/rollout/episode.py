@@ -71,7 +71,6 @@ class EpisodeSource:
         # Trinity's multi-threading mode runs episodes on several threads' loops at once.
         self._lock = threading.Lock()
         self._loops: dict[asyncio.AbstractEventLoop, _LoopRunner] = {}
-        self._warned: set[str] = set()
 
     @classmethod
     def shared(cls, config_path: str | None, search_paths: Sequence[str] | None = None) -> EpisodeSource:
@@ -105,15 +104,6 @@ class EpisodeSource:
                 "trainable_targets is known once the first episode has built the rollout parts"
             )
         return agent_plan(self.config, self.parts.workflow.trainable_targets).trainable
-
-    def warn_once(self, key: str, event: str, **fields: Any) -> None:
-        """Log the warning `event` the first time this worker's source is given `key`, never again:
-        a condition every rollout may meet is reported once per worker, not once per rollout."""
-        with self._lock:
-            if key in self._warned:
-                return
-            self._warned.add(key)
-        get_logger().warning(event, **fields)
 
     async def run(
         self, task: Task, engine: Any, sampling: SamplingParams, *, group_id: str = "", repeat: int = 0

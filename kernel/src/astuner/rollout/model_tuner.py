@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from astuner import compat
-from astuner.compat import Notices
 from astuner.core.chat import normalize_messages
 from astuner.core.trajectory import LLMCall, ToolCall, Trajectory
 from astuner.errors import AstunerError
@@ -182,7 +181,7 @@ class ModelTuner:
         `final_answer=...` is what the math judges read; `raw_reward=` with
         `is_success=` together are taken as the verdict itself.
         """
-        Notices.emit([compat.JUDGE_INPUT_NOTICE])
+        compat.emit_notices([compat.JUDGE_INPUT_NOTICE])
         self.judge_input.update(values)
 
     def get_judge_input_dictionary(self) -> dict[str, Any]:

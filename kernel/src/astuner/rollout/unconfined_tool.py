@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
 
-from astuner.logs import get_logger
+from astuner.logs import warn_once
 
 NAME = "execute_python_code"
 WARNING = (
@@ -27,8 +27,6 @@ WARNING = (
     "confined; `pip install astuner-tools`, in this repository `pip install -e ./plugins/tools`). "
     "See docs/security.md."
 )
-
-_warned = False
 
 
 @cache
@@ -56,13 +54,11 @@ def is_unconfined_python_tool(tool: Any) -> bool:
 
 def warn_if_unconfined_python_tool(tools: Sequence[Any] | None) -> None:
     """Warn once per process if `tools` holds AgentScope's unconfined Python tool. Never raises."""
-    global _warned
-    if not tools or _warned:
+    if not tools:
         return
     try:
         found = any(is_unconfined_python_tool(tool) for tool in tools)
     except Exception:
         return
     if found:
-        _warned = True
-        get_logger().warning(WARNING)
+        warn_once("unconfined python tool", WARNING)

@@ -81,7 +81,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import ClassVar
 
-from astuner.logs import get_logger
+from astuner.logs import warn_once
 from astuner.rollout import stop_signals
 from astuner.rollout.stop_signals import Handler, LoopBlocked, StopSignals
 
@@ -92,7 +92,6 @@ BLOCKED_S = 1.0
 _TICK_S = 0.1
 _INTERRUPT = getattr(signal, "SIGUSR1", None)
 
-_warned_off = False
 _owns_stop_signals = False
 
 
@@ -205,13 +204,11 @@ class LoopWatchdog:
             return
         current = signal.getsignal(_INTERRUPT)
         if current is None:
-            global _warned_off
-            if not _warned_off:
-                _warned_off = True
-                get_logger().warning(
-                    "the loop watchdog is off: SIGUSR1 has a handler from outside Python, so a workflow "
-                    "that blocks the event loop cannot be interrupted"
-                )
+            warn_once(
+                "watchdog off",
+                "the loop watchdog is off: SIGUSR1 has a handler from outside Python, so a workflow "
+                "that blocks the event loop cannot be interrupted",
+            )
             return
         if current != self._interrupt_handler:
             self._previous_interrupt = current

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from astuner import compat
-from astuner.compat import Notices
 from astuner.core.task import Task, WorkflowOutput, WorkflowTask
 from astuner.errors import AstunerError, ConfigError
 from astuner.rollout.model_tuner import ModelTuner
@@ -141,7 +140,7 @@ def adapt_workflow(obj: Any, where: str) -> LoadedWorkflow:
 
         async def run_method(workflow_task: WorkflowTask, model_tuner: ModelTuner) -> WorkflowOutput:
             if first_form:
-                Notices.emit([compat.FIRST_FORM_NOTICE.format(name=type(obj).__name__)])
+                compat.emit_notices([compat.FIRST_FORM_NOTICE.format(name=type(obj).__name__)])
                 result = method(compat.initial_messages(workflow_task), model_tuner, workflow_task.config)
             else:
                 result = method(workflow_task, model_tuner)

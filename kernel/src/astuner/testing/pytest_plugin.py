@@ -13,8 +13,15 @@ import pytest
 import yaml
 
 from astuner.core.tokenizer import ChatTokenizer, load_tokenizer
+from astuner.logs import forget_warnings
 from astuner.plugins import Plugins
 from astuner.testing.tokenizers import llama3_tokenizer, qwen3_tokenizer, qwen25_tokenizer
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings() -> None:
+    """Each test starts with nothing warned yet: a warn-once from an earlier test must not hide its own."""
+    forget_warnings()
 
 
 @pytest.fixture

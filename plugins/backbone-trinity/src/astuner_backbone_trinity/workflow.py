@@ -30,6 +30,7 @@ metric `astuner/untrained_calls:sum` (the step's
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from trinity.common.experience import Experience
@@ -48,6 +49,7 @@ from astuner.api import (
     reward_of,
     sampling_from_config,
     untrain_other_temperatures,
+    warn_once,
 )
 from astuner_backbone_trinity.model_engine import TrinityModelEngine
 from astuner_backbone_trinity.translate import translate
@@ -112,14 +114,21 @@ class AstunerWorkflow(Workflow):
     def _at_trained_temperature(self, samples: list[Sample], task_id: str) -> list[tuple[Sample, int]]:
         """Each sample with action mask 0 on calls Trinity's trainer would train at a temperature they
         were not sampled at, and their count; warned about once per runner process."""
-        trained_at = float(translate(self.episodes.config)[TEMPERATURE_KEY])
+        trained_at = _trained_temperature(self.episodes)
         checked = [untrain_other_temperatures(sample, trained_at) for sample in samples]
         asked = [temperature for _, temperatures in checked for temperature in temperatures]
         if asked:
             where = f"the experience metric '{UNTRAINED_METRIC}'"
             message = other_temperature_warning("Trinity", TEMPERATURE_KEY, trained_at, asked, where)
-            self.episodes.warn_once(UNTRAINED_METRIC, message, task=task_id)
+            warn_once(UNTRAINED_METRIC, message, task=task_id)
         return [(sample, len(temperatures)) for sample, temperatures in checked]
+
+
+@cache
+def _trained_temperature(episodes: EpisodeSource) -> float:
+    """`model.temperature` of the Trinity config, translated once per source: Trinity builds a workflow
+    for every run, and the source lives as long as the runner process."""
+    return float(translate(episodes.config)[TEMPERATURE_KEY])
 
 
 def _experience(

@@ -57,6 +57,7 @@ from astuner.api import (
     reward_of,
     sampling_from_config,
     untrain_other_temperatures,
+    warn_once,
 )
 from astuner_backbone_verl.server_engine import VerlServerEngine
 from astuner_backbone_verl.translate import AGENT_LOOP_NAME
@@ -167,7 +168,7 @@ class AstunerAgentLoop(AgentLoopBase):
         if asked:
             where = f'extra_fields["{UNTRAINED_FIELD}"]'
             message = other_temperature_warning("verl", TEMPERATURE_KEY, self.trained_at, asked, where)
-            self.episodes.warn_once(UNTRAINED_FIELD, message, task=trajectory.task_id)
+            warn_once(UNTRAINED_FIELD, message, task=trajectory.task_id)
         return sample
 
     def _untrained(self, row: dict[str, Any], reward: float, extra: dict[str, Any]) -> AgentLoopOutput:

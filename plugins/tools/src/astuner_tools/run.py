@@ -30,10 +30,10 @@ from functools import cache
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from astuner.api import warn_once
 from astuner_tools.backends import Sandbox, View, choose, command, running_as_root
 from astuner_tools.cgroup import CgroupScope
 from astuner_tools.limits import Limits
-from astuner_tools.notices import warn_once
 from astuner_tools.paths import hidden_folders, interpreter_paths, kept_paths
 
 DROP_ROOT = True
