@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from astuner_logview.server import start_logview
+from logview_process import printed_url
 from logview_records import logview_plugins
 from typer.testing import CliRunner
 
@@ -77,13 +78,8 @@ def test_command_serves_until_interrupted(record_root: Path) -> None:
         env=os.environ | {"ASTUNER_LOAD_PLUGINS": "logview"},  # the installed plugin, by its entry point
     )
     try:
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if "open http://" in line:
-                break
+        lines, url = printed_url(proc, "open")
         assert "2 run(s) under" in lines[0], lines
-        url = lines[-1].split("open ", 1)[1].split()[0]
         assert url.startswith("http://127.0.0.1:")
         runs = httpx.get(url + "api/runs", timeout=30).json()["runs"]
         assert {r["experiment"] for r in runs} == {"calc", "long"}

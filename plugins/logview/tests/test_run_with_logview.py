@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 from astuner_logview.plugin import serve_run
+from logview_process import printed_url
 from logview_records import TASKS, debug_config, logview_plugins
 from typer.testing import CliRunner
 
@@ -106,12 +107,7 @@ def test_keep_logview_serves_the_finished_run_until_interrupted(tmp_path: Path, 
         text=True,
     )
     try:
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if "stays at http://" in line:
-                break
-        url = lines[-1].split("stays at ", 1)[1].split()[0]
+        _, url = printed_url(proc, "stays at")
         page = httpx.get(url + "api/trajectories", params={"run": "."}, timeout=30).json()
         assert page["total"] == 4
         proc.send_signal(signal.SIGINT)
