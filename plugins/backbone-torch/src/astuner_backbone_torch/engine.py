@@ -56,7 +56,11 @@ class TransformersEngineSettings(BaseModel):
     batch_wait_ms: float = Field(
         5.0, ge=0, description="How long to wait for more requests before starting a batch."
     )
-    num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default all cores.")
+    num_threads: int | None = Field(
+        None,
+        ge=1,
+        description="torch CPU threads; default torch's: OMP_NUM_THREADS where set, else one per core.",
+    )
     continuous_batching: bool = Field(
         True,
         description="Let requests join a batch that is decoding (answered as each finishes). Off: a batch "

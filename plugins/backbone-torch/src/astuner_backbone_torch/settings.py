@@ -51,7 +51,11 @@ class TorchSettings(BaseModel):
         "float32 with train_dtype float32 shares the training weights (no copy). auto: bfloat16 on a "
         "GPU; on a CPU whichever decodes this model faster, measured once per machine and cached.",
     )
-    num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default all cores.")
+    num_threads: int | None = Field(
+        None,
+        ge=1,
+        description="torch CPU threads; default torch's: OMP_NUM_THREADS where set, else one per core.",
+    )
     logprob_chunk: int = Field(1024, ge=1, description="Positions per chunk of the log-prob computation.")
     skip_zero_advantage: bool = Field(
         True,
