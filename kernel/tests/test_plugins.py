@@ -7,7 +7,9 @@ from typer.testing import CliRunner
 
 from astuner import hookimpl
 from astuner.cli import make_app
-from astuner.errors import PluginError
+from astuner.components import check_plugin_blocks
+from astuner.config import load_config
+from astuner.errors import ConfigError, PluginError
 from astuner.import_strings import resolve_import_string
 from astuner.plugins import NotReady, Plugins
 
@@ -127,6 +129,22 @@ def test_unknown_name_lists_installed_and_suggests(plugins: Plugins) -> None:
     assert "No reader named 'jsnl'" in message
     assert "Did you mean 'jsonl'?" in message
     assert "Installed: arith, jsonl." in message
+
+
+def test_an_engine_the_kernel_no_longer_ships_names_its_package(plugins: Plugins) -> None:
+    """`rollout.engine: vllm` or an `engines.vllm` block without astuner-engine-vllm: the fix."""
+    with pytest.raises(PluginError) as err:
+        plugins.get("engine", "vllm")
+    assert str(err.value) == (
+        "No engine named 'vllm' is installed (installed: openai). Engine 'vllm' comes with the plugin "
+        "astuner-engine-vllm: install it with `pip install astuner-engine-vllm` (in a checkout of "
+        "astuner: `pip install -e ./plugins/engine-vllm`)."
+    )
+    config = load_config(None, ["rollout.engines.vllm.port=8000"], environ={})
+    with pytest.raises(
+        ConfigError, match=r"Unknown key 'rollout\.engines\.vllm' .*`pip install astuner-engine-vllm`"
+    ):
+        check_plugin_blocks(config, plugins)
 
 
 @pytest.mark.parametrize(

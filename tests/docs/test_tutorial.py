@@ -23,7 +23,7 @@ from types import ModuleType
 
 import pytest
 
-from astuner.default_plugins.vllm_engine import free_port
+from astuner.companions import free_port
 from astuner.record import read_trajectories
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,9 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from astuner_engine_vllm import VllmEngine
 from servers import EAGER, SMOLLM2, start_engine
-
-from astuner.default_plugins.vllm_engine import VllmEngine
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from astuner_engine_vllm import VllmEngine, VllmEngineSettings
+
 from astuner.config import load_config
-from astuner.default_plugins.vllm_engine import VllmEngine, VllmEngineSettings
 
 SMOLLM2 = "builtin:smollm2-135m-instruct"
 # torch.compile's warm-up is most of a server's start, about a minute on 2 cores. The full-weights run

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("vllm")
+from astuner_engine_vllm import VllmEngine
 from servers import EAGER, attach, start_engine
 
 from astuner.config import load_config
 from astuner.core.tokenizer import load_tokenizer
 from astuner.core.tracker import ContextTracker
-from astuner.default_plugins.vllm_engine import VllmEngine
 from astuner.errors import AstunerError
 from astuner.rollout.engine import Generation, SamplingParams
 from astuner.rollout.stack import runner_settings_from_config

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from astuner.cache import build_once, cache_dir
 from astuner.cli import ConfOption, OverrideOption, handle_user_errors, is_verbose
-from astuner.companions import Companion
+from astuner.companions import Companion, free_port, stop_with_parent
 from astuner.components import build_reader, check_plugin_blocks, plugin_settings
 from astuner.config import AstunerConfig, load_config
 from astuner.core.demonstrations import DemonstrationError, demonstration_trajectory, read_demonstrations
@@ -46,7 +46,6 @@ from astuner.core.tokenizer import (
     smollm2_gguf_path,
 )
 from astuner.core.trajectory import LLMCall, Sample, Trajectory
-from astuner.default_plugins.vllm_engine import VllmEngine, VllmEngineSettings
 from astuner.errors import AstunerError, ConfigError, PluginError
 from astuner.hookspecs import Register, hookimpl
 from astuner.logs import configure_logging, get_logger, warn_once
@@ -57,6 +56,7 @@ from astuner.protocols import (
     ClosesAsync,
     DescribesEngineConfig,
     FindsCheckpoints,
+    FollowsPolicy,
     HasTokenizerPath,
     Judge,
     JudgesWholeRollouts,
@@ -136,6 +136,7 @@ __all__ = [  # noqa: RUF022
     "HasTokenizerPath",
     "JudgesWholeRollouts",
     "FindsCheckpoints",
+    "FollowsPolicy",
     "ProvidesGymEnvs",
     "ReportsReadiness",
     "ServesAdapters",
@@ -176,8 +177,6 @@ __all__ = [  # noqa: RUF022
     "SamplingParams",
     "sampling_from_config",
     "TokenEngine",
-    "VllmEngine",
-    "VllmEngineSettings",
     "gguf_to_hf_tokenizer",
     "load_tokenizer",
     "smollm2_gguf_path",
@@ -224,6 +223,9 @@ __all__ = [  # noqa: RUF022
     "OverrideOption",
     "handle_user_errors",
     "is_verbose",
+    # processes and servers a plugin starts for a run
+    "free_port",
+    "stop_with_parent",
     # Ray and GPUs
     "ray_head_for_run",
     "require_gpus",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -187,6 +188,13 @@ def stop_with_parent() -> Callable[[], None] | None:
 
 
 _PR_SET_PDEATHSIG = 1
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now, for a server this run starts."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _group_alive(leader: subprocess.Popen[bytes]) -> bool:

@@ -18,7 +18,7 @@ from astuner.config_errors import describe_origin, explain_validation_error
 from astuner.config_sections import ModelConfig
 from astuner.core.toolcalls import tool_parsers
 from astuner.errors import ConfigError, PluginError
-from astuner.plugins import Plugins, Registration
+from astuner.plugins import Plugins, Registration, install_hint
 from astuner.protocols import Backbone, Judge, TaskReader
 
 
@@ -47,6 +47,7 @@ def check_plugin_blocks(config: AstunerConfig, plugins: Plugins) -> None:
             valid = list(getattr(section_model, "model_fields", {})) + list(registry)
             near = difflib.get_close_matches(name, valid, n=1, cutoff=0.5)
             hint = f" Did you mean '{(section + '.') if section else ''}{near[0]}'?" if near else ""
+            hint = f" {install_hint(kind, name)}" if install_hint(kind, name) else hint
             what = f"a key of '{section}'" if section else "a top-level key"
             raise ConfigError(
                 f"Unknown key '{key}' in {origin}: it is neither {what} nor the settings block "

@@ -35,6 +35,9 @@ from astuner.protocols import ReportsReadiness
 
 ENTRY_POINT_GROUP = "astuner"
 LOAD_PLUGINS_ENV = "ASTUNER_LOAD_PLUGINS"
+# (kind, name) -> the distribution of this repository that provides it, for configs written when the
+# kernel still did (`rollout.engine: vllm`): a missing one names the package to install.
+MOVED_OUT: dict[tuple[str, str], str] = {("engine", "vllm"): "astuner-engine-vllm"}
 
 # kind -> the hook that registers it
 KINDS: dict[str, str] = {
@@ -68,6 +71,17 @@ class Registration:
         if self.settings is None:
             return self.factory(*args)
         return self.factory(settings if settings is not None else self.settings(), *args)
+
+
+def install_hint(kind: str, name: str) -> str:
+    """How to install the plugin of this repository that provides `name`, or "" if none does."""
+    dist = MOVED_OUT.get((kind, name))
+    if dist is None:
+        return ""
+    return (
+        f"{kind.capitalize()} '{name}' comes with the plugin {dist}: install it with `pip install {dist}` "
+        f"(in a checkout of astuner: `pip install -e ./plugins/{dist.removeprefix('astuner-')}`)."
+    )
 
 
 @dataclass(frozen=True)
@@ -214,6 +228,11 @@ class Plugins:
             if broken
             else ""
         )
+        if install_hint(kind, name):
+            raise PluginError(
+                f"No {kind} named '{name}' is installed (installed: {installed}).{broken_note} "
+                + install_hint(kind, name)
+            )
         raise PluginError(
             f"No {kind.replace('_', ' ')} named '{name}'.{hint} Installed: {installed}."
             f"{broken_note} Install the plugin that provides it, or give an import "

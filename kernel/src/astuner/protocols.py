@@ -151,6 +151,37 @@ class ServesAdapters(Protocol):
 
 
 @runtime_checkable
+class FollowsPolicy(Protocol):
+    """A `TokenEngine` on a server that a trainer keeps in step with the policy it trains.
+
+    Engine `vllm` (astuner-engine-vllm) is one; backbone torch builds it by
+    name with `rollout.engine: vllm`, passing after the settings and config
+    the keywords `server_args` and `server_env` (what a server it starts
+    needs for these updates), `model_dir` (the model to serve or name),
+    `start_folder` (called only when it starts the server: writes and returns
+    the folder to serve) and `default_log` (where that server logs unless the
+    settings say). After each update the trainer calls `load_adapter` (then
+    `unload_adapter` on the previous one) or `reload_weights`, then
+    `serve_as(name, version)`: later calls name `served_name` and record
+    `version`. `attached` is true when the server was running already (a URL
+    was given); `check_alive()` raises when the server is gone.
+    """
+
+    served_name: str
+    attached: bool
+
+    def serve_as(self, name: str, version: int | None) -> None: ...
+
+    async def load_adapter(self, name: str, path: str | Path) -> None: ...
+
+    async def unload_adapter(self, name: str) -> None: ...
+
+    async def reload_weights(self, folder: str | Path) -> None: ...
+
+    async def check_alive(self) -> None: ...
+
+
+@runtime_checkable
 class ServesPage(Protocol):
     """What a companion serving a web page yields once started (the `logview` one: the log viewer).
 

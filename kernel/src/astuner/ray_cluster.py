@@ -21,9 +21,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from astuner.companions import stop_with_parent
+from astuner.companions import free_port, stop_with_parent
 from astuner.errors import AstunerError
-from astuner.rollout.vllm_server import free_port
 
 
 def visible_gpus() -> int:

@@ -15,11 +15,11 @@ import yaml
 
 from astuner import checkpoint_model, hookimpl
 from astuner.checkpoint_model import latest_checkpoint
+from astuner.companions import free_port
 from astuner.config import load_config
 from astuner.core.metrics import pass_at_k
 from astuner.core.tokenizer import ChatTokenizer
 from astuner.default_plugins.arith_reader import ArithReader, ArithReaderSettings
-from astuner.default_plugins.vllm_engine import free_port
 from astuner.errors import AstunerError
 from astuner.evaluation import EvalOptions, eval_metrics, run_eval
 from astuner.plugins import Plugins

@@ -20,10 +20,10 @@ import pytest
 from typer.testing import CliRunner
 
 from astuner.cli import make_app
+from astuner.companions import free_port
 from astuner.components import build_judge
 from astuner.config import load_config
 from astuner.core.task import Task, WorkflowOutput
-from astuner.default_plugins.vllm_engine import free_port
 from astuner.errors import AstunerError
 from astuner.plugins import Plugins
 from astuner.record import read_trajectories

@@ -26,17 +26,19 @@ import shutil
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from safetensors.torch import save_file
 
 from astuner.api import (
     AstunerConfig,
+    ClosesAsync,
+    FollowsPolicy,
     Generation,
+    PluginError,
     Plugins,
     SamplingParams,
-    VllmEngine,
-    VllmEngineSettings,
+    TokenEngine,
     get_logger,
     plugin_settings,
 )
@@ -47,6 +49,11 @@ ADAPTER_PREFIX = "policy-v"
 WEIGHT_FILES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".index.json")
 # The ranks vLLM accepts for --max-lora-rank.
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+@runtime_checkable
+class PolicyServer(FollowsPolicy, TokenEngine, ClosesAsync, Protocol):
+    """What this module needs of engine `vllm`: a token engine kept in step with the policy."""
 
 
 def server_flags(policy: Policy, lora_rank: int) -> tuple[list[str], dict[str, str]]:
@@ -61,7 +68,7 @@ def server_flags(policy: Policy, lora_rank: int) -> tuple[list[str], dict[str, s
 class VllmRollout:
     """The `vllm` engine of backbone `torch`; see the module docstring."""
 
-    def __init__(self, engine: VllmEngine, policy: Policy, folder: Path, tokenizer_path: str) -> None:
+    def __init__(self, engine: PolicyServer, policy: Policy, folder: Path, tokenizer_path: str) -> None:
         self.engine = engine
         self.policy = policy
         self.folder = folder
@@ -70,26 +77,38 @@ class VllmRollout:
 
     @classmethod
     def start(cls, config: AstunerConfig, plugins: Plugins, policy: Policy, run_folder: Path) -> VllmRollout:
-        settings = plugin_settings(config, plugins.get("engine", "vllm"))
-        assert isinstance(settings, VllmEngineSettings)
-        if settings.log_file is None:
-            settings = settings.model_copy(update={"log_file": str(run_folder / "vllm.log")})
+        """The engine `vllm` (plugin astuner-engine-vllm), serving the policy's initial weights."""
+        reg = plugins.get("engine", "vllm")
         args, env = server_flags(policy, config.model.lora.rank)
         model_dir = resolve_model_dir(config.model.path)
         folder = run_folder / "vllm_weights"
-        served = model_dir
-        attached = (settings.url or config.rollout.engine_url) is not None
-        if not policy.lora and not attached:
-            served = str(folder / "weights-v0")
-            save_for_vllm(policy.model, Path(served), tokenizer_dir=Path(model_dir))
-        elif not policy.lora and policy.model.config.tie_word_embeddings:
+
+        def initial_weights() -> str:  # a server started for full weights serves a copy it can reload
+            save_for_vllm(policy.model, folder / "weights-v0", tokenizer_dir=Path(model_dir))
+            return str(folder / "weights-v0")
+
+        engine = reg.factory(
+            plugin_settings(config, reg),
+            config,
+            server_args=args,
+            server_env=env,
+            model_dir=model_dir,
+            start_folder=None if policy.lora else initial_weights,
+            default_log=run_folder / "vllm.log",
+        )
+        if not isinstance(engine, PolicyServer):
+            raise PluginError(
+                f"Engine 'vllm' (plugin {reg.plugin}) built a {type(engine).__name__}, which backbone torch "
+                "cannot keep in step with its policy (astuner.api.FollowsPolicy). Install "
+                "astuner-engine-vllm, or roll out in this process (rollout.engine: transformers)."
+            )
+        if engine.attached and not policy.lora and policy.model.config.tie_word_embeddings:
             get_logger().warning(
                 "vllm server attached: its reload leaves a tied output layer at the old weights (see "
                 "vllm_rollout.save_for_vllm); start it from a folder that save_for_vllm wrote, or let "
                 "astuner start it (no rollout.engine_url)"
             )
-        engine = VllmEngine(settings, config, server_args=args, server_env=env, model_dir=served)
-        engine.serve_as(engine.model, 0)
+        engine.serve_as(engine.served_name, 0)
         return cls(engine, policy, folder, model_dir)
 
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:

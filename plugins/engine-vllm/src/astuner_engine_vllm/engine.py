@@ -3,7 +3,7 @@
 Prompts go to `/v1/completions` as token-id lists with `return_token_ids`
 and `logprobs` requested, so nothing is re-tokenised on either side. With
 no URL (`rollout.engine_url` or `rollout.engines.vllm.url`) astuner starts
-the server itself on 127.0.0.1 (`astuner.rollout.vllm_server`) and stops it
+the server itself on 127.0.0.1 (`astuner_engine_vllm.server`) and stops it
 when done.
 
 A trainer that rolls out on the server keeps it in step with the policy:
@@ -17,27 +17,18 @@ from __future__ import annotations
 import os
 import shlex
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from astuner.errors import AstunerError
-from astuner.hookspecs import Register, hookimpl
-from astuner.logs import get_logger
-from astuner.rollout.engine import Generation, SamplingParams
-from astuner.rollout.vllm_server import (
-    VllmServer,
-    check_model_folder,
-    default_serve_command,
-    free_port,
-    max_positions,
-)
+from astuner.api import AstunerError, Generation, Register, SamplingParams, free_port, get_logger, hookimpl
+from astuner_engine_vllm.server import VllmServer, check_model_folder, default_serve_command, max_positions
 
 if TYPE_CHECKING:
-    from astuner.config import AstunerConfig
+    from astuner.api import AstunerConfig
 
 
 class VllmEngineSettings(BaseModel):
@@ -70,12 +61,14 @@ class VllmEngineSettings(BaseModel):
 
 
 class VllmEngine:
-    """A token engine backed by a vLLM server.
+    """A token engine backed by a vLLM server (the `FollowsPolicy` of `astuner.api`).
 
     `server_args` and `server_env` are added when this engine starts the
     server (a trainer's LoRA or reload flags); `model_dir` is the folder to
     serve when `model.path` is not one (a built-in model, resolved by the
-    backbone).
+    backbone). When it starts the server, `start_folder` (if given and
+    `model` is not set) writes the folder to serve instead and returns it,
+    and `default_log` is where the server logs unless `log_file` says.
     """
 
     def __init__(
@@ -86,16 +79,21 @@ class VllmEngine:
         server_args: Sequence[str] = (),
         server_env: Mapping[str, str] | None = None,
         model_dir: str | None = None,
+        start_folder: Callable[[], str] | None = None,
+        default_log: str | Path | None = None,
     ) -> None:
         self.settings = settings
         self.model = settings.model or model_dir or config.model.path
-        self.served_name = self.model
         self.policy_version: int | None = None
         self.server: VllmServer | None = None
         url = settings.url or config.rollout.engine_url
+        self.attached = url is not None
         if url is None:
-            self.server = self._start(config, server_args, server_env)
+            if start_folder is not None and not settings.model:
+                self.model = start_folder()
+            self.server = self._start(config, server_args, server_env, default_log)
             url = self.server.url
+        self.served_name = self.model
         self.url = url.rstrip("/").removesuffix("/v1")
         self._client = httpx.AsyncClient(
             base_url=self.url,
@@ -104,7 +102,11 @@ class VllmEngine:
         )
 
     def _start(
-        self, config: AstunerConfig, extra_args: Sequence[str], env: Mapping[str, str] | None
+        self,
+        config: AstunerConfig,
+        extra_args: Sequence[str],
+        env: Mapping[str, str] | None,
+        default_log: str | Path | None,
     ) -> VllmServer:
         s = self.settings
         check_model_folder(self.model, "rollout.engines.vllm.model" if s.model else "model.path")
@@ -130,7 +132,7 @@ class VllmEngine:
             *extra_args,
             *s.serve_args,
         ]  # fmt: skip
-        log_file = Path(s.log_file or os.environ.get("ASTUNER_VLLM_LOG") or _temp_log(port))
+        log_file = Path(s.log_file or default_log or os.environ.get("ASTUNER_VLLM_LOG") or _temp_log(port))
         get_logger().info("starting vLLM", port=port, log=str(log_file))
         server = VllmServer(command, port, log_file, env)
         server.wait_ready(s.startup_timeout)
