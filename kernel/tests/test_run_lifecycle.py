@@ -4,10 +4,7 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 from typing import ClassVar
@@ -19,35 +16,8 @@ from typer.testing import CliRunner
 from astuner import hookimpl
 from astuner.cli import make_app
 from astuner.plugins import Plugins
-from astuner.protocols import RunContext
 from astuner.run_status import mark_running, read_status
-
-
-class EndSettings(BaseModel):
-    outcome: str = "finish"  # finish | fail | interrupt
-
-
-class EndingBackbone:
-    """Logs two steps and a checkpoint, then ends as told."""
-
-    def __init__(self, settings: EndSettings) -> None:
-        self.settings = settings
-
-    def run(self, ctx: RunContext) -> None:
-        folder = ctx.experiment.path
-        assert read_status(folder).state == "running"
-        lines = [json.dumps({"step": s, "train/reward_mean": s / 4}) for s in (1, 2)]
-        ctx.experiment.metrics_file.write_text("\n".join(lines) + "\n")
-        (ctx.experiment.checkpoints / "step_2").mkdir(parents=True)
-        if self.settings.outcome == "fail":
-            raise RuntimeError("the judge fell over\nsecond line")
-        if self.settings.outcome == "interrupt":
-            raise KeyboardInterrupt
-
-    def latest_checkpoint(self, runs: Iterable[Path]) -> Path | None:
-        """The `checkpoints/step_2` it made: how the kernel learns of a backbone's checkpoints."""
-        found = [run / "checkpoints" / "step_2" for run in runs if (run / "checkpoints" / "step_2").is_dir()]
-        return found[-1] if found else None
+from astuner.testing.backbones import EndingBackbone, EndSettings, only_run, run_ending
 
 
 class Hears:
@@ -88,42 +58,9 @@ def app(plugins: Plugins):
     return make_app(plugins)
 
 
-class Hook(BaseHTTPRequestHandler):
-    received: ClassVar[list] = []
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        Hook.received.append((self.path, self.headers.get("Content-Type"), body))
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args) -> None:
-        pass
-
-
-@pytest.fixture
-def webhook():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    Hook.received = []
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    server.server_close()
-
-
-def run(app, conf: Path, *args: str):
-    return CliRunner().invoke(app, ["run", "--conf", str(conf), "--backbone", "ending", *args])
-
-
-def only_run(workdir: Path, name: str) -> Path:
-    (folder,) = (workdir / "launcher_record" / name).iterdir()
-    return folder
-
-
 def test_a_finished_run_says_so_tells_its_notifiers_and_what_to_do_next(app, write_config, workdir) -> None:
     conf = write_config({"notify": {"hears": {}}}, name="done.yaml")
-    result = run(app, conf)
+    result = run_ending(app, conf)
     assert result.exit_code == 0, result.output
     folder = only_run(workdir, "done")
     status = read_status(folder)
@@ -143,7 +80,9 @@ def test_a_finished_run_says_so_tells_its_notifiers_and_what_to_do_next(app, wri
 
 
 def test_a_failed_and_a_killed_run_say_why(app, write_config, workdir) -> None:
-    result = run(app, write_config({"ending": {"outcome": "fail"}, "notify": {"hears": {}}}, name="bad.yaml"))
+    result = run_ending(
+        app, write_config({"ending": {"outcome": "fail"}, "notify": {"hears": {}}}, name="bad.yaml")
+    )
     assert result.exit_code == 1
     status = read_status(only_run(workdir, "bad"))
     assert str(status) == "failed: RuntimeError: the judge fell over"
@@ -151,7 +90,7 @@ def test_a_failed_and_a_killed_run_say_why(app, write_config, workdir) -> None:
     assert "run failed (RuntimeError: the judge fell over)" in result.stdout
     assert "  why:         the end of" in result.stdout
 
-    result = run(app, write_config({"ending": {"outcome": "interrupt"}}, name="stopped.yaml"))
+    result = run_ending(app, write_config({"ending": {"outcome": "interrupt"}}, name="stopped.yaml"))
     assert str(read_status(only_run(workdir, "stopped"))) == "killed: interrupted (Ctrl-C)"
     assert "  resume:      astuner run --conf" in result.stdout
 
@@ -178,30 +117,6 @@ def test_a_running_folder_whose_process_is_gone_reads_as_killed(tmp_path: Path) 
     assert read_status(tmp_path).state == "unknown"
 
 
-def test_the_webhook_receives_the_summary_of_a_finished_and_of_a_failed_run(
-    app, write_config, workdir, webhook: str
-) -> None:
-    hook = {"webhook": {"url": f"{webhook}/astuner", "headers": {"X-Token": "t"}}}
-    assert run(app, write_config({"notify": hook}, name="ok.yaml")).exit_code == 0
-    assert (
-        run(app, write_config({"notify": hook, "ending": {"outcome": "fail"}}, name="no.yaml")).exit_code == 1
-    )
-    assert [(path, kind) for path, kind, _ in Hook.received] == [("/astuner", "application/json")] * 2
-    finished, failed = (json.loads(body) for _, _, body in Hook.received)
-    assert (finished["name"], finished["status"], finished["steps"]) == ("ok", "finished", 2)
-    assert finished["checkpoint"].endswith("checkpoints/step_2")
-    assert (failed["name"], failed["status"]) == ("no", "failed")
-    assert failed["reason"] == "RuntimeError: the judge fell over"
-
-
-def test_the_command_notifier_gets_the_summary_on_stdin(app, write_config, workdir) -> None:
-    out = workdir / "told.json"
-    script = f"import sys, pathlib; pathlib.Path({str(out)!r}).write_text(sys.stdin.read())"
-    conf = write_config({"notify": {"command": {"command": [sys.executable, "-c", script]}}}, name="cmd.yaml")
-    assert run(app, conf).exit_code == 0
-    assert json.loads(out.read_text())["status"] == "finished"
-
-
 def test_a_hanging_or_broken_notifier_never_holds_up_or_fails_the_run(
     app, write_config, workdir, monkeypatch, capsys
 ) -> None:
@@ -209,42 +124,33 @@ def test_a_hanging_or_broken_notifier_never_holds_up_or_fails_the_run(
 
     monkeypatch.setattr(astuner.notify, "NOTIFIER_WAIT_S", 0.3)
     began = time.monotonic()
-    result = run(app, write_config({"notify": {"hears": {"behaviour": "hang"}}}, name="hang.yaml"))
+    result = run_ending(app, write_config({"notify": {"hears": {"behaviour": "hang"}}}, name="hang.yaml"))
     assert result.exit_code == 0 and time.monotonic() - began < 4
     assert read_status(only_run(workdir, "hang")).state == "finished"
-    result = run(app, write_config({"notify": {"hears": {"behaviour": "break"}}}, name="broken.yaml"))
+    result = run_ending(app, write_config({"notify": {"hears": {"behaviour": "break"}}}, name="broken.yaml"))
     assert result.exit_code == 0
     log = (only_run(workdir, "broken") / "astuner.log").read_text()
     assert "notifier failed" in log and "no route to the pager" in log
 
 
-def test_sms_without_a_provider_says_what_is_missing_and_the_run_goes_on(
-    app, write_config, workdir, monkeypatch, webhook: str
+def test_the_seeds_sms_switch_without_astuner_notify_says_what_to_install_and_the_run_goes_on(
+    app, write_config, workdir, monkeypatch
 ) -> None:
-    monkeypatch.setenv("PHONE_NUMBERS", "+15550001,+15550002")
-    for name in ("TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN", "TWILIO_FROM_NUMBER"):
-        monkeypatch.delenv(name, raising=False)
-    result = run(app, write_config({}, name="sms.yaml"))
-    assert result.exit_code == 0
-    log = (only_run(workdir, "sms") / "astuner.log").read_text()
-    warnings = [json.loads(line) for line in log.splitlines() if '"level": "warning"' in line]
-    (warning,) = [w for w in warnings if "No text message" in w["event"]]  # said once, at the start
-    assert "needs notify.sms.account_sid (or TWILIO_ACCOUNT_SID), notify.sms.auth_token" in warning["event"]
-    assert "notify.sms.numbers" not in warning["event"]  # PHONE_NUMBERS gave them
-
-    monkeypatch.setenv("TWILIO_ACCOUNT_SID", "AC1")
-    monkeypatch.setenv("TWILIO_AUTH_TOKEN", "secret")
-    monkeypatch.setenv("TWILIO_FROM_NUMBER", "+15559999")
-    assert run(app, write_config({"notify": {"sms": {"api_url": webhook}}}, name="sms2.yaml")).exit_code == 0
-    assert [path for path, _, _ in Hook.received] == ["/2010-04-01/Accounts/AC1/Messages.json"] * 2
-    assert b"To=%2B15550001" in Hook.received[0][2] and b"run+sms2+finished" in Hook.received[0][2]
+    monkeypatch.setenv("PHONE_NUMBERS", "+15550001")
+    result = run_ending(app, write_config({"notify": {"hears": {}}}, name="nosms.yaml"))
+    assert result.exit_code == 0 and Hears.told[-1].status == "finished"
+    log = (only_run(workdir, "nosms") / "astuner.log").read_text()
+    warnings = [json.loads(line)["event"] for line in log.splitlines() if '"level": "warning"' in line]
+    (warning,) = [w for w in warnings if "PHONE_NUMBERS" in w]
+    assert "notifier 'sms'" in warning and "`pip install astuner-notify`" in warning
 
 
 def test_config_and_plugin_errors_come_before_any_run_folder(app, write_config, workdir) -> None:
-    result = run(app, write_config({"notify": {"webhook": {}}}, name="nourl.yaml"))
-    assert result.exit_code == 1 and "notify.webhook" in result.stderr and "url" in result.stderr
-    result = run(app, write_config({"notify": {"webhok": {"url": "x"}}}, name="typo.yaml"))
-    assert result.exit_code == 1 and "Did you mean 'notify.webhook'" in result.stderr
+    result = run_ending(app, write_config({"notify": {"hear": {}}}, name="typo.yaml"))
+    assert result.exit_code == 1 and "Did you mean 'notify.hears'" in result.stderr
+    result = run_ending(app, write_config({"notify": {"webhook": {"url": "x"}}}, name="nonotify.yaml"))
+    assert result.exit_code == 1 and "'notify.webhook'" in result.stderr
+    assert "`pip install astuner-notify`" in result.stderr and "./plugins/notify" in result.stderr
     result = CliRunner().invoke(
         app, ["run", "--conf", str(write_config({}, name="nob.yaml")), "--backbone", "nope"]
     )
@@ -255,7 +161,7 @@ def test_config_and_plugin_errors_come_before_any_run_folder(app, write_config, 
 def test_version_and_help_without_type_placeholders(app) -> None:
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0 and result.stdout.startswith("astuner ")
-    for command in (["run"], ["plugins", "list"], ["config", "show"], ["eval"]):
+    for command in (["run"], ["plugins", "list"], ["config", "show"]):
         shown = CliRunner().invoke(app, [*command, "--help"]).stdout
         assert "Usage:" in shown and "<bool>" not in shown, command
 

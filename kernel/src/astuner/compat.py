@@ -12,6 +12,8 @@ ever an error, except two spellings of one key that disagree.
 `unused_on_backbone()` lists the keys a user set that the chosen backbone
 never reads (a `trinity:` block on `--backbone debug`, vLLM sizes on the
 torch trainer), so a seed config runs everywhere and says what it ignored.
+`switched_on_notifiers()` names the notifiers the seeds turn on from the
+environment (`PHONE_NUMBERS`: `sms`, from the plugin astuner-notify).
 
 The tutorials' code forms are read where they are called (the workflow
 loader, the judge adapter, the model handle); what they are handed comes
@@ -21,6 +23,7 @@ and `judge_input_dictionary()` for `compute_reward(judge_input_dictionary)`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -103,6 +106,9 @@ READ_BY = {
 }
 BUILTIN_BACKBONES = ("debug", "torch", "verl", "trinity")
 
+# The seeds' environment variables that turn a notifier on without a `notify:` block.
+NOTIFIER_SWITCHES = {"PHONE_NUMBERS": "sms"}
+
 
 @dataclass
 class Translation:
@@ -173,6 +179,13 @@ def unused_on_backbone(keys: Iterable[str], backbone: str, engine: str = "auto")
             top = key.split(".", 1)[0]
             unused.add(f"{top}: block" if top in ("verl", "trinity", "debug") else key)
     return sorted(unused)
+
+
+def switched_on_notifiers(notify: Mapping[str, Any]) -> dict[str, str]:
+    """Notifier -> the seeds' variable that turns it on, for each variable set whose notifier has no block."""
+    return {
+        name: var for var, name in NOTIFIER_SWITCHES.items() if os.environ.get(var) and name not in notify
+    }
 
 
 # ------------------------------------------------------------------ code forms

@@ -80,7 +80,7 @@ class AstunerConfig(BaseSettings):
     notify: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description="Notifiers told once when the run ends, by name, with their settings "
-        "(webhook: {url: ...}, command: {command: ...}, sms: {...}).",
+        "(astuner-notify's webhook: {url: ...}, command: {command: ...}, sms: {...}).",
     )
     verl: dict[str, Any] = Field(default_factory=dict, description="Passed verbatim to verl.")
     trinity: dict[str, Any] = Field(default_factory=dict, description="Passed verbatim to Trinity.")

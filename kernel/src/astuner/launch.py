@@ -19,12 +19,13 @@ from dataclasses import dataclass
 
 from astuner.checkpoint_model import checkpoint_of
 from astuner.companions import companions_for_run
+from astuner.compat import switched_on_notifiers
 from astuner.components import build, build_backbone, plugin_settings
 from astuner.config import AstunerConfig
 from astuner.errors import AstunerError
 from astuner.logs import configure_logging, get_logger
 from astuner.notify import RunSummary, notify_run_end, summarize
-from astuner.plugins import Plugins
+from astuner.plugins import Plugins, install_hint
 from astuner.protocols import Backbone, RunContext
 from astuner.record import ExperimentDir
 from astuner.run_status import mark_ended, mark_running, outcome
@@ -75,10 +76,16 @@ def prepare_run(config: AstunerConfig, plugins: Plugins, *, verbose: bool = Fals
     experiment = ExperimentDir.create(config)
     mark_running(experiment.path)
     configure_logging(verbose=verbose, log_file=experiment.log_file)
-    if os.environ.get("PHONE_NUMBERS") and "sms" not in config.notify:
+    for name, variable in switched_on_notifiers(config.notify).items():  # say what is missing, run anyway
+        if name not in plugins.registry("notifier"):
+            get_logger().warning(
+                f"{variable} is set, which asks the notifier '{name}' to tell of the run's end, and that "
+                f"notifier is not installed; the run goes on without it. {install_hint('notifier', name)}"
+            )
+            continue
         try:
-            build(config, plugins, "notifier", "sms")
-        except AstunerError as exc:  # the seeds' SMS switch: say what is missing, run anyway
+            build(config, plugins, "notifier", name)
+        except AstunerError as exc:
             get_logger().warning(str(exc))
     return PreparedRun(config, plugins, backbone, experiment)
 

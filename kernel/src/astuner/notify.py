@@ -1,21 +1,23 @@
-"""Telling someone that a run ended: a summary of it, and the notifiers that send it.
+"""Telling someone that a run ended: a summary of it, and the dispatch to the notifiers.
 
-When a run ends (finished, failed or interrupted), `notify_run_end` builds a
-`RunSummary` and hands it to every notifier the config names under
-`notify:` (and to `sms` when the seeds' `PHONE_NUMBERS` is set). Each runs
-in a thread of its own with a time limit: one that fails or hangs is logged
-and left behind, and never fails or holds up the run.
+When a run ends (finished, failed or interrupted), `notify_run_end` hands
+its `RunSummary` to every notifier the config names under `notify:` (and to
+those the seeds' environment turns on, `compat.switched_on_notifiers`).
+Each runs in a thread of its own with a time limit: one that fails or hangs
+is logged and left behind, and never fails or holds up the run. Notifiers
+come from plugins (`register_notifiers`); astuner-notify provides `webhook`,
+`command` and `sms`.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from astuner.compat import switched_on_notifiers
 from astuner.logs import get_logger
 from astuner.record import ExperimentDir, read_metrics
 from astuner.run_status import RunStatus
@@ -86,11 +88,8 @@ def summarize(
 
 
 def enabled_notifiers(config: AstunerConfig) -> list[str]:
-    """The notifiers this run tells: those with a `notify.<name>` block, and `sms` for PHONE_NUMBERS."""
-    names = list(config.notify)
-    if os.environ.get("PHONE_NUMBERS") and "sms" not in names:
-        names.append("sms")
-    return names
+    """The notifiers this run tells: those with a `notify.<name>` block, and those the seeds switch on."""
+    return [*config.notify, *switched_on_notifiers(config.notify)]
 
 
 def notify_run_end(config: AstunerConfig, plugins: Plugins, summary: RunSummary) -> None:

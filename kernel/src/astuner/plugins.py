@@ -37,7 +37,10 @@ ENTRY_POINT_GROUP = "astuner"
 LOAD_PLUGINS_ENV = "ASTUNER_LOAD_PLUGINS"
 # (kind, name) -> the distribution of this repository that provides it, for configs written when the
 # kernel still did (`rollout.engine: vllm`): a missing one names the package to install.
-MOVED_OUT: dict[tuple[str, str], str] = {("engine", "vllm"): "astuner-engine-vllm"}
+MOVED_OUT: dict[tuple[str, str], str] = {
+    ("engine", "vllm"): "astuner-engine-vllm",
+    **{("notifier", name): "astuner-notify" for name in ("webhook", "command", "sms")},
+}
 
 # kind -> the hook that registers it
 KINDS: dict[str, str] = {

@@ -14,5 +14,4 @@ DEFAULT_PLUGINS: list[str] = [
     "astuner.default_plugins.debug_backbone",
     "astuner.default_plugins.init_command",
     "astuner.default_plugins.eval_command",
-    "astuner.default_plugins.notifiers",
 ]

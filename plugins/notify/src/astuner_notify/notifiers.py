@@ -1,4 +1,4 @@
-"""Notifiers `webhook`, `command` and `sms`: told once when a run ends (see `astuner.notify`).
+"""Notifiers `webhook`, `command` and `sms`: told once, with the run's `RunSummary`, when a run ends.
 
     notify:
       webhook: {url: https://hooks.example.com/astuner}    # POST the summary as JSON
@@ -22,9 +22,7 @@ import urllib.request
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from astuner.errors import ConfigError
-from astuner.hookspecs import Register, hookimpl
-from astuner.notify import RunSummary
+from astuner.api import ConfigError, RunSummary
 
 
 class WebhookSettings(BaseModel):
@@ -139,10 +137,3 @@ class SmsNotifier:
             )
             with urllib.request.urlopen(request, timeout=self.settings.timeout_s) as response:
                 response.read()
-
-
-@hookimpl
-def register_notifiers(register: Register) -> None:
-    register("webhook", WebhookNotifier, settings=WebhookSettings, summary="POST the run summary as JSON")
-    register("command", CommandNotifier, settings=CommandSettings, summary="Run a command, summary on stdin")
-    register("sms", SmsNotifier, settings=SmsSettings, summary="Text PHONE_NUMBERS through Twilio")

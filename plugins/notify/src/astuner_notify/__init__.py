@@ -1,0 +1,1 @@
+"""astuner-notify: notifiers `webhook`, `command` and `sms`, told once when a run ends."""
