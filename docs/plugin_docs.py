@@ -45,7 +45,7 @@ while this page differs from what it writes. -->
 # Write a plugin
 
 A plugin adds readers, workflows, judges, madness checks, backbones,
-engines, notifiers, companions or commands to astuner. It is a Python
+engines, executors, notifiers, companions or commands to astuner. It is a Python
 package with an entry point in the `astuner` group; the module that entry
 point names implements one or more of the hooks below.
 

@@ -2,9 +2,9 @@
 
 Each example plugin in docs/plugin_examples/ is added to a fresh plugin
 manager (entry points off) and used the way astuner uses it: the reader,
-workflow, engine, judge, madness check, notifier and companion together in
-debug runs; the backbone in a run of its own; the command from the command
-line.
+workflow, engine, executor, judge, madness check, notifier and companion
+together in debug runs; the backbone in a run of its own; the command from
+the command line.
 """
 
 from __future__ import annotations
@@ -125,6 +125,7 @@ def write_conf(folder: Path) -> Path:
             "agentscope_workflow": "ask_once",
             "engine": "canned",
             "engines": {"canned": {"reply": "Nairobi"}},
+            "executor": "timed",
             "compute_madness_checklist": ["shouting"],
         },
         "debug": {"debug_first_n_tasks": 1, "num_repeat": 2},
@@ -151,6 +152,7 @@ def test_the_examples_work_together_in_debug_runs(example_plugins: Plugins, work
         assert t.error is None, t.error
         assert t.calls[0].content == "Nairobi" and t.calls[0].response_ids
         assert t.reward == 1.0 and t.madness == []
+        assert t.metrics["workflow_wall_s"] > 0
     assert (folder / "stopwatch.txt").read_text().startswith("lap: ")
     (line,) = (workdir / "runs.log").read_text().splitlines()
     assert line.startswith("astuner run examples finished")

@@ -16,6 +16,7 @@ from agentscope.message import TextBlock, ThinkingBlock, ToolCallBlock, UserMsg
 from agentscope.model import ChatModelBase
 from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.tool import FunctionTool, ToolChoice, Toolkit
+from astuner_executor_ray.remote_tuner import remote_model_tuner_class
 
 from astuner import ModelTuner, Task, Workflow, WorkflowOutput, WorkflowTask
 from astuner.config import load_config
@@ -24,7 +25,6 @@ from astuner.default_plugins.arith_reader import ArithReader, ArithReaderSetting
 from astuner.rollout.agentscope2_model import offered_tools, to_chat_response
 from astuner.rollout.agentscope_model import model_tuner_class
 from astuner.rollout.engine import SamplingParams
-from astuner.rollout.ray_executor import remote_model_tuner_class
 from astuner.rollout.runner import RunnerSettings
 from astuner.testing import broken_tool_calls as script
 

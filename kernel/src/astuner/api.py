@@ -30,6 +30,7 @@ from astuner.cli import ConfOption, OverrideOption, handle_user_errors, is_verbo
 from astuner.companions import Companion, free_port, stop_with_parent
 from astuner.components import build_reader, check_plugin_blocks, plugin_settings
 from astuner.config import AstunerConfig, load_config
+from astuner.core.chat import normalize_messages
 from astuner.core.demonstrations import DemonstrationError, demonstration_trajectory, read_demonstrations
 from astuner.core.health import HealthMonitor, run_health
 from astuner.core.madness import MadnessCheck
@@ -45,7 +46,7 @@ from astuner.core.tokenizer import (
     load_tokenizer,
     smollm2_gguf_path,
 )
-from astuner.core.trajectory import LLMCall, Sample, Trajectory
+from astuner.core.trajectory import LLMCall, Sample, ToolCall, Trajectory
 from astuner.errors import AstunerError, ConfigError, PluginError
 from astuner.hookspecs import Register, hookimpl
 from astuner.logs import configure_logging, get_logger, warn_once
@@ -67,10 +68,13 @@ from astuner.protocols import (
     ServesPage,
     Split,
     TaskReader,
+    WorkflowExecutor,
 )
 from astuner.ray_cluster import ray_head_for_run, require_gpus
 from astuner.record import ExperimentDir, append_lines, append_trajectories, read_metrics, read_trajectories
 from astuner.rollout.agents import AgentPlan, agent_plan, refuse_agent_adapters
+from astuner.rollout.agentscope_model import model_tuner_class
+from astuner.rollout.auxiliary import auxiliary_rollout_id
 from astuner.rollout.engine import (
     ChatEngine,
     ChatReply,
@@ -81,7 +85,7 @@ from astuner.rollout.engine import (
 )
 from astuner.rollout.model_tuner import ModelTuner
 from astuner.rollout.sampling import sampling_from_config
-from astuner.rollout.workflow import Workflow
+from astuner.rollout.workflow import Workflow, load_workflow
 from astuner.run_status import STATUS_FILE, RunStatus, read_status, tracking
 from astuner.translation import Source, apply_rules, engine_settings, flatten, lookup, nest
 
@@ -94,6 +98,7 @@ if TYPE_CHECKING:
         estimator_names,
     )
     from astuner.rollout.episode import EpisodeSource, reward_of
+    from astuner.rollout.gateway import Gateway
     from astuner.rollout.runner import RolloutRunner
     from astuner.rollout.stack import RolloutParts, rollout_stack, runner_settings_from_config
     from astuner.serving import ThreadedServer
@@ -107,6 +112,7 @@ _LAZY: dict[str, str] = {
     "estimator_names": "astuner.core.advantages",
     "compute_advantages": "astuner.core.advantages",
     "EpisodeSource": "astuner.rollout.episode",
+    "Gateway": "astuner.rollout.gateway",
     "reward_of": "astuner.rollout.episode",
     "RolloutRunner": "astuner.rollout.runner",
     "RolloutParts": "astuner.rollout.stack",
@@ -129,6 +135,7 @@ __all__ = [  # noqa: RUF022
     "RunContext",
     "Split",
     "TaskReader",
+    "WorkflowExecutor",
     "hookimpl",
     # optional capabilities, checked with isinstance
     "ClosesAsync",
@@ -148,6 +155,9 @@ __all__ = [  # noqa: RUF022
     "Workflow",
     "WorkflowOutput",
     "WorkflowTask",
+    "load_workflow",
+    "model_tuner_class",
+    "auxiliary_rollout_id",
     # multi-agent workflows: which agents train, and their adapters
     "AgentPlan",
     "agent_plan",
@@ -157,6 +167,7 @@ __all__ = [  # noqa: RUF022
     "MergeReport",
     "PrefixBreak",
     "Sample",
+    "ToolCall",
     "Trajectory",
     "merge_trajectory",
     "untrain_other_temperatures",
@@ -176,6 +187,7 @@ __all__ = [  # noqa: RUF022
     "Generation",
     "SamplingParams",
     "sampling_from_config",
+    "normalize_messages",
     "TokenEngine",
     "gguf_to_hf_tokenizer",
     "load_tokenizer",
@@ -232,6 +244,7 @@ __all__ = [  # noqa: RUF022
     # running rollouts and computing advantages (imported on first use: they load the gateway and numpy)
     "EpisodeSource",
     "RolloutRunner",
+    "Gateway",
     "advantage_estimators",
     "canonical_estimator",
     "estimator_counterparts",

@@ -19,7 +19,10 @@ from astuner.config_sections import ModelConfig
 from astuner.core.toolcalls import tool_parsers
 from astuner.errors import ConfigError, PluginError
 from astuner.plugins import Plugins, Registration, install_hint
-from astuner.protocols import Backbone, Judge, TaskReader
+from astuner.protocols import Backbone, Judge, TaskReader, WorkflowExecutor
+
+# `rollout.executor` for workflows run in the runner's own event loop: the default, and no plugin.
+LOCAL_EXECUTOR = "local"
 
 
 def _plugin_blocks(config: AstunerConfig) -> list[tuple[str, str, dict[str, Any]]]:
@@ -35,7 +38,11 @@ def _plugin_blocks(config: AstunerConfig) -> list[tuple[str, str, dict[str, Any]
 
 
 def check_plugin_blocks(config: AstunerConfig, plugins: Plugins) -> None:
-    """Every plugin sub-block must name an installed plugin of the right kind (auxiliary models' too)."""
+    """Every plugin sub-block must name an installed plugin of the right kind (auxiliary models' too).
+
+    `rollout.executor` must name an installed executor too, so that a run
+    never starts on one that is missing.
+    """
     for kind, section, blocks in _plugin_blocks(config):
         registry = plugins.registry(kind)
         for name in blocks:
@@ -55,6 +62,7 @@ def check_plugin_blocks(config: AstunerConfig, plugins: Plugins) -> None:
                 f"{', '.join(sorted(registry)) or 'none'}).{hint}"
             )
     check_auxiliary_models(config, plugins)
+    check_executor(config, plugins)
 
 
 def plugin_settings(config: AstunerConfig, reg: Registration) -> BaseModel | None:
@@ -120,6 +128,33 @@ def build_backbone(config: AstunerConfig, plugins: Plugins) -> Backbone:
     if not isinstance(backbone, Backbone):
         raise PluginError(f"Backbone '{config.backbone}' built an object without run(ctx).")
     return backbone
+
+
+def check_executor(config: AstunerConfig, plugins: Plugins) -> None:
+    """`rollout.executor` is `local` or an installed executor (or an import string)."""
+    if config.rollout.executor == LOCAL_EXECUTOR:
+        return
+    try:
+        plugins.get("executor", config.rollout.executor, search_paths=config.search_paths())
+    except PluginError as exc:
+        raise ConfigError(
+            f"rollout.executor: {exc} Without one, '{LOCAL_EXECUTOR}' (the default) runs workflows in the "
+            "runner's own process."
+        ) from exc
+
+
+def build_executor(config: AstunerConfig, plugins: Plugins) -> WorkflowExecutor | None:
+    """The executor `rollout.executor` names; None for `local`."""
+    check_executor(config, plugins)
+    if config.rollout.executor == LOCAL_EXECUTOR:
+        return None
+    executor = build(config, plugins, "executor", config.rollout.executor)
+    if not isinstance(executor, WorkflowExecutor):
+        raise PluginError(
+            f"Executor '{config.rollout.executor}' built an object without session(runner) and "
+            "async run_workflow(runner, workflow_task, tuner)."
+        )
+    return executor
 
 
 def _section_model(config: AstunerConfig, section: str) -> Any:

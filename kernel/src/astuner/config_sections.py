@@ -120,10 +120,11 @@ class RolloutConfig(Section):
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = -1
     max_env_worker: int = Field(32, ge=1, description="Rollouts running at once.")
-    executor: Literal["local", "ray"] = Field(
+    executor: str = Field(
         "local",
-        description="Where workflows run: 'local' (in the runner's process) or 'ray' (as Ray tasks on the "
-        "cluster at RAY_ADDRESS, or a local one; model calls come back through the gateway).",
+        description="Where workflows run: 'local' (in the runner's process), an installed executor (e.g. "
+        "'ray' of astuner-executor-ray: as Ray tasks, model calls coming back through the gateway), or an "
+        "import string.",
     )
     rollout_timeout: float = Field(1800.0, gt=0, description="Seconds before a rollout is cut.")
     gamma: float = Field(1.0, ge=0, le=1)

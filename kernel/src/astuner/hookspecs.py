@@ -122,6 +122,21 @@ def register_engines(register: Register) -> None:
 
 
 @hookspec
+def register_executors(register: Register) -> None:
+    """Register workflow executors: where each rollout's workflow runs.
+
+    The factory returns a `WorkflowExecutor`: `session(runner)` is entered
+    around each `runner.run()` and `async run_workflow(runner, workflow_task,
+    tuner)` runs one rollout's workflow; the runner keeps the engine, context
+    tracker, judge and madness checks. Chosen by `rollout.executor`, checked
+    against the installed executors when the config loads; `local`, the
+    default, is no executor: the workflow runs in the runner's event loop.
+    There is no settings block; a factory that declares a `config`
+    parameter is given the resolved config.
+    """
+
+
+@hookspec
 def register_notifiers(register: Register) -> None:
     """Register notifiers: who hears that a run ended.
 

@@ -39,6 +39,7 @@ LOAD_PLUGINS_ENV = "ASTUNER_LOAD_PLUGINS"
 # kernel still did (`rollout.engine: vllm`): a missing one names the package to install.
 MOVED_OUT: dict[tuple[str, str], str] = {
     ("engine", "vllm"): "astuner-engine-vllm",
+    ("executor", "ray"): "astuner-executor-ray",
     **{("notifier", name): "astuner-notify" for name in ("webhook", "command", "sms")},
 }
 
@@ -50,6 +51,7 @@ KINDS: dict[str, str] = {
     "madness_check": "register_madness_checks",
     "backbone": "register_backbones",
     "engine": "register_engines",
+    "executor": "register_executors",
     "notifier": "register_notifiers",
     "companion": "register_companions",
 }

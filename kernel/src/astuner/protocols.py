@@ -13,6 +13,7 @@ every such contract is declared, documented and importable from `astuner.api`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from astuner.config import AstunerConfig
     from astuner.plugins import NotReady, Plugins
     from astuner.record import ExperimentDir
+    from astuner.rollout.model_tuner import ModelTuner
+    from astuner.rollout.runner import RolloutRunner
 
 Split = Literal["train", "validation"]
 
@@ -56,6 +59,31 @@ class Backbone(Protocol):
     """Runs (and usually trains) with the resolved config."""
 
     def run(self, ctx: RunContext) -> None: ...
+
+
+@runtime_checkable
+class WorkflowExecutor(Protocol):
+    """Where the workflows of a `RolloutRunner` run (`rollout.executor`) when not in its own event loop.
+
+    `session(runner)` is entered once around each `runner.run()`, before
+    any rollout starts: connect to a cluster, or serve the gateway where
+    remote workers reach it by setting `runner.gateway` (restored on exit).
+    `run_workflow(runner, workflow_task, tuner)` runs one rollout's workflow
+    (`runner.workflow`, loaded by the config's name for it) and returns its
+    output; it is also called without a session, by `runner.run_one()` in
+    verl and Trinity workers. `tuner` is the rollout's recording model
+    handle, served by `runner.gateway` at `tuner.gateway_url` under
+    `tuner.rollout_id`; the runner keeps it, the engine, the judge and the
+    madness checks. `runner.gym_env_factory` is set when each task needs an
+    environment of its own. The call runs under `rollout.rollout_timeout` and
+    is cancelled when that passes; what it raises fails that rollout only.
+    """
+
+    def session(self, runner: RolloutRunner) -> AbstractAsyncContextManager[None]: ...
+
+    async def run_workflow(
+        self, runner: RolloutRunner, workflow_task: WorkflowTask, tuner: ModelTuner
+    ) -> WorkflowOutput: ...
 
 
 @runtime_checkable

@@ -1,6 +1,6 @@
 """Auxiliary models: built once per run from `auxiliary_models:`, called by workflow and judge, never trained.
 
-The shared parts (`auxiliary_parts`): a function-form workflow and judge
+The shared parts (`astuner.testing.auxiliary`): a function-form workflow and judge
 that call the main model and the auxiliary `critic`, both scripted engines
 registered as plugins.
 """
@@ -13,16 +13,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from auxiliary_parts import (
-    SAMPLING,
-    TASKS,
-    RecordingEngine,
-    engines_plugin,
-    flow_config,
-    model_folders,
-    run,
-    solver,
-)
 from structlog.testing import capture_logs
 
 from astuner.components import check_plugin_blocks
@@ -34,6 +24,16 @@ from astuner.plugins import Plugins
 from astuner.rollout import episode
 from astuner.rollout.engine import SamplingParams
 from astuner.rollout.episode import EpisodeSource
+from astuner.testing.auxiliary import (
+    SAMPLING,
+    TASKS,
+    RecordingEngine,
+    engines_plugin,
+    flow_config,
+    model_folders,
+    run,
+    solver,
+)
 
 AGENTSCOPE_FLOW = """
 from agentscope.agent import ReActAgent

@@ -1,9 +1,10 @@
 """`astuner run --backbone torch -o rollout.executor=ray`: a training step whose rollouts run on Ray.
 
-A local Ray head (private temp dir, token auth off, stopped by process id)
-is started here; `astuner run` finds it through RAY_ADDRESS. The workflow
-file sits next to the config and is imported by string in the workers; it
-reports its process id, so the test can tell the rollouts left the trainer.
+Needs astuner-executor-ray (executor `ray`). A local Ray head (private temp
+dir, token auth off, stopped by process id) is started here; `astuner run`
+finds it through RAY_ADDRESS. The workflow file sits next to the config and
+is imported by string in the workers; it reports its process id, so the
+test can tell the rollouts left the trainer.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import yaml
 
 pytest.importorskip("torch")
 pytest.importorskip("ray")
+pytest.importorskip("astuner_executor_ray", reason="rollout.executor: ray is plugin astuner-executor-ray")
 
 from astuner.ray_cluster import RayHead
 from astuner.record import read_trajectories

@@ -81,7 +81,8 @@ def _normalize_tool_call(tc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def normalize_messages(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
-    """`normalize_message` over a conversation."""
+    """Template-ready copies of OpenAI-style messages: content flattened to text, `name` kept on tool
+    messages only, tool calls in OpenAI's shape `{"id", "type": "function", "function": {...}}`."""
     return [normalize_message(m) for m in messages]
 
 

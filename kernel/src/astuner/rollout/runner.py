@@ -5,9 +5,11 @@ it). At most `max_env_worker` runs are in flight. A run that raises or
 exceeds `rollout_timeout` is recorded with its traceback and excluded from
 training; it never stops the others.
 
-Executors: with `rollout.executor: ray` the workflow call of each run goes
-to a Ray task (`astuner.rollout.ray_executor`) whose model handle calls
-back through the gateway; engine, tracker, judge and checks stay here.
+Executors: given a `WorkflowExecutor` (what `rollout.executor` names, e.g.
+`ray` of astuner-executor-ray), the workflow call of each run goes to it,
+inside its `session()` for each `run()`; its remote model handles call back
+through the gateway, and engine, tracker, judge and checks stay here.
+Without one (`local`), workflows run in this event loop.
 
 Auxiliary models (`astuner.rollout.auxiliary`): every run gets its own
 untrainable handle on each, in `model_tuner.auxiliary_models` and
@@ -52,7 +54,7 @@ from astuner.core.tokenizer import ChatTokenizer
 from astuner.core.tracker import ContextTracker, TrackerSettings
 from astuner.core.trajectory import Trajectory
 from astuner.logs import get_logger
-from astuner.protocols import Judge, JudgesWholeRollouts, ServesAdapters
+from astuner.protocols import Judge, JudgesWholeRollouts, ServesAdapters, WorkflowExecutor
 from astuner.rollout.agents import AgentPlan, agent_plan
 from astuner.rollout.agentscope_model import model_tuner_class
 from astuner.rollout.engine import SamplingParams
@@ -93,6 +95,7 @@ class RolloutRunner:
         auxiliary_models: Mapping[str, AuxiliaryModel] | None = None,
         config: Any = None,
         gym_env_factory: Callable[[Task], Any] | None = None,
+        executor: WorkflowExecutor | None = None,
     ) -> None:
         self.workflow = workflow
         self.judge = judge
@@ -104,7 +107,7 @@ class RolloutRunner:
         self.auxiliary_models = dict(auxiliary_models or {})
         self.config = config
         self.gym_env_factory = gym_env_factory
-        self.executor = _executor(config)
+        self.executor = executor
         self.agents = _agent_plan(config, workflow, engine)
 
     @property
@@ -313,16 +316,6 @@ class RolloutRunner:
         if isinstance(self.judge, JudgesWholeRollouts):
             return await self.judge.judge_rollout(workflow_task, output)
         return await self.judge.judge(workflow_task.task, output)
-
-
-def _executor(config: Any) -> Any:
-    """None for `rollout.executor: local` (or no config); the Ray executor, imported only then."""
-    rollout = getattr(config, "rollout", None)
-    if getattr(rollout, "executor", "local") != "ray":
-        return None
-    from astuner.rollout.ray_executor import RayExecutor
-
-    return RayExecutor(config)
 
 
 async def _release(gym_env: Any, rollout_id: str) -> None:

@@ -11,7 +11,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from astuner.components import build_engine, build_reader, plugin_settings
+from astuner.components import build_engine, build_executor, build_reader, plugin_settings
 from astuner.config import AstunerConfig
 from astuner.core.madness import MadnessCheck
 from astuner.core.tokenizer import ChatTokenizer, load_tokenizer
@@ -19,7 +19,7 @@ from astuner.core.toolformat import resolve_tool_format, template_renders_tools
 from astuner.core.tracker import TrackerSettings
 from astuner.logs import get_logger
 from astuner.plugins import Plugins
-from astuner.protocols import HasTokenizerPath, Judge, ProvidesGymEnvs, TaskReader
+from astuner.protocols import HasTokenizerPath, Judge, ProvidesGymEnvs, TaskReader, WorkflowExecutor
 from astuner.rollout.auxiliary import AuxiliaryModel, auxiliary_models
 from astuner.rollout.engine import TokenEngine
 from astuner.rollout.gateway import Gateway
@@ -100,8 +100,9 @@ class RolloutParts:
 
     Built once per astuner run, and once per worker process under verl and
     Trinity (`astuner.rollout.episode`): the workflow, the judge, the madness
-    checks and the environment maker. `runner()` binds them to an engine,
-    its tokenizer, a gateway and the auxiliary models.
+    checks, the environment maker and the executor (`rollout.executor`; None
+    for `local`). `runner()` binds them to an engine, its tokenizer, a
+    gateway and the auxiliary models.
     """
 
     config: AstunerConfig
@@ -109,6 +110,7 @@ class RolloutParts:
     judge: Judge
     madness_checks: Mapping[str, MadnessCheck]
     gym_env_factory: Any
+    executor: WorkflowExecutor | None = None
 
     @classmethod
     def build(cls, config: AstunerConfig, plugins: Plugins, reader: TaskReader | None = None) -> RolloutParts:
@@ -117,7 +119,8 @@ class RolloutParts:
         workflow = load_workflow(config, plugins)
         judge = load_judge(config, plugins)
         checks = build_madness_checks(config, plugins)
-        return cls(config, workflow, judge, checks, environment_factory(config, plugins, reader))
+        gym_env_factory = environment_factory(config, plugins, reader)
+        return cls(config, workflow, judge, checks, gym_env_factory, build_executor(config, plugins))
 
     def runner(
         self,
@@ -140,6 +143,7 @@ class RolloutParts:
             auxiliary_models=auxiliary,
             config=self.config,
             gym_env_factory=self.gym_env_factory,
+            executor=self.executor,
         )
 
     async def aclose(self) -> None:

@@ -58,7 +58,7 @@ def respond(prompt: str) -> str:
 
 
 def test_rollouts_run_in_ray_workers_and_are_recorded_in_the_driver(
-    ray_head: RayHead, workdir: Path, write_config, tiny_model_dir: Path
+    ray_head: RayHead, ray_plugins: Plugins, workdir: Path, write_config, tiny_model_dir: Path
 ) -> None:
     (workdir / "ray_agent.py").write_text(AGENT, encoding="utf-8")
     path = write_config(
@@ -76,7 +76,7 @@ def test_rollouts_run_in_ray_workers_and_are_recorded_in_the_driver(
     engine = ScriptedEngine(load_tokenizer(str(tiny_model_dir)), respond)
 
     async def go() -> list:
-        async with rollout_stack(config, Plugins(), engine=engine) as runner:
+        async with rollout_stack(config, ray_plugins, engine=engine) as runner:
             return await runner.run(tasks, sampling_from_config(config), num_repeat=2, progress=False)
 
     good_a, good_b, bad_a, bad_b = asyncio.run(go())
@@ -121,7 +121,7 @@ async def stops(task, model, auxiliary_models=None):
 
 
 def test_an_enabled_tag_in_a_ray_worker_goes_to_rays_debugger_not_pdb(
-    ray_head: RayHead, workdir: Path, write_config, tiny_model_dir: Path
+    ray_head: RayHead, ray_plugins: Plugins, workdir: Path, write_config, tiny_model_dir: Path
 ) -> None:
     (workdir / "ray_stops.py").write_text(BREAKPOINT_AGENT, encoding="utf-8")
     workflow = {"agentscope_workflow": "ray_stops->stops", "executor": "ray"}
@@ -131,7 +131,7 @@ def test_an_enabled_tag_in_a_ray_worker_goes_to_rays_debugger_not_pdb(
     engine = ScriptedEngine(load_tokenizer(str(tiny_model_dir)), respond)
 
     async def go() -> list:
-        async with rollout_stack(config, Plugins(), engine=engine) as runner:
+        async with rollout_stack(config, ray_plugins, engine=engine) as runner:
             return await runner.run(
                 [Task(task_id="t", main_query="q")], sampling_from_config(config), progress=False
             )

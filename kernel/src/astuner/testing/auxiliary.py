@@ -1,5 +1,8 @@
 """What the auxiliary-model tests share: a workflow and judge module, two scripted engines as plugins.
 
+Used by the kernel's tests and by astuner-executor-ray's (the same run with
+the workflow in a Ray worker).
+
 The main model (engine `solver`) and the auxiliary `critic` (engine
 `critic`) are scripted engines registered as plugins, each on its own
 tokenizer folder, so every call goes through the real stack: config, plugin
