@@ -226,8 +226,9 @@ def describe(name: str, obj: Any) -> str:
 
 
 def _value(obj: Any) -> str:
-    """A constant as written, a type alias as typed, anything else by its type."""
-    if isinstance(obj, (str, int, float, bool)):
+    """A constant (or a dict of them) as written, a type alias as typed, anything else by its type."""
+    plain = (str, int, float, bool)
+    if isinstance(obj, plain) or (isinstance(obj, dict) and all(isinstance(v, plain) for v in obj.values())):
         return repr(obj)
     if getattr(obj, "__module__", None) in ("typing", "types") or typing.get_origin(obj) is not None:
         return _shown(obj)

@@ -33,7 +33,6 @@ NOT_KERNEL_CODE = ("templates",)
 OPTIONAL = {
     "agentscope": "extra 'agentscope': imported only when a workflow uses AgentScope (agentscope_model.py)",
     "openai": "extra 'openai': the openai engine and ModelTuner.openai_client() import it when used",
-    "peft": "only to merge a LoRA checkpoint (checkpoint_model.py), which needs astuner-backbone-torch",
     "torch": "astuner.testing.models only: random models for tests, built where torch is installed",
     "pytest": "extra 'testing': astuner.testing.pytest_plugin, which only pytest loads",
 }

@@ -26,9 +26,17 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from astuner.cache import build_once, cache_dir
+from astuner.checkpoint_model import checkpoint_of
 from astuner.cli import ConfOption, OverrideOption, handle_user_errors, is_verbose
-from astuner.companions import Companion, free_port, stop_with_parent
-from astuner.components import build_reader, check_plugin_blocks, plugin_settings
+from astuner.companions import (
+    COMPANION_ARGS,
+    Companion,
+    companion_requests,
+    companions_for_run,
+    free_port,
+    stop_with_parent,
+)
+from astuner.components import build, build_reader, check_plugin_blocks, engine_name, plugin_settings
 from astuner.config import AstunerConfig, load_config
 from astuner.core.chat import normalize_messages
 from astuner.core.demonstrations import DemonstrationError, demonstration_trajectory, read_demonstrations
@@ -49,7 +57,7 @@ from astuner.core.tokenizer import (
 from astuner.core.trajectory import LLMCall, Sample, ToolCall, Trajectory
 from astuner.errors import AstunerError, ConfigError, PluginError
 from astuner.hookspecs import Register, hookimpl
-from astuner.logs import configure_logging, get_logger, warn_once
+from astuner.logs import configure_logging, get_logger, log_to_file, warn_once
 from astuner.notify import Notifier, RunSummary
 from astuner.plugins import NotReady, Plugins
 from astuner.protocols import (
@@ -196,8 +204,10 @@ __all__ = [  # noqa: RUF022
     "AstunerConfig",
     "Source",
     "apply_rules",
+    "build",
     "build_reader",
     "check_plugin_blocks",
+    "engine_name",
     "engine_settings",
     "flatten",
     "load_config",
@@ -222,6 +232,7 @@ __all__ = [  # noqa: RUF022
     "cache_dir",
     "configure_logging",
     "get_logger",
+    "log_to_file",
     "warn_once",
     "RunSummary",
     "read_metrics",
@@ -230,11 +241,15 @@ __all__ = [  # noqa: RUF022
     "STATUS_FILE",
     "read_status",
     "tracking",
+    "checkpoint_of",
     # command-line helpers
     "ConfOption",
     "OverrideOption",
     "handle_user_errors",
     "is_verbose",
+    "COMPANION_ARGS",
+    "companion_requests",
+    "companions_for_run",
     # processes and servers a plugin starts for a run
     "free_port",
     "stop_with_parent",

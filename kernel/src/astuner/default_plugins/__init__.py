@@ -13,5 +13,4 @@ DEFAULT_PLUGINS: list[str] = [
     "astuner.default_plugins.openai_engine",
     "astuner.default_plugins.debug_backbone",
     "astuner.default_plugins.init_command",
-    "astuner.default_plugins.eval_command",
 ]

@@ -10,21 +10,28 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import ClassVar
 
+import astuner_eval.plugin
 import pytest
 import yaml
+from astuner_eval.checkpoints import latest_checkpoint, model_for_checkpoint
+from astuner_eval.evaluation import EvalOptions, eval_metrics, run_eval
+from typer.testing import CliRunner
 
-from astuner import checkpoint_model, hookimpl
-from astuner.checkpoint_model import latest_checkpoint
-from astuner.companions import free_port
-from astuner.config import load_config
-from astuner.core.metrics import pass_at_k
-from astuner.core.tokenizer import ChatTokenizer
+from astuner.api import (
+    AstunerError,
+    ChatTokenizer,
+    Plugins,
+    checkpoint_of,
+    free_port,
+    hookimpl,
+    load_config,
+    pass_at_k,
+    read_metrics,
+    read_status,
+    read_trajectories,
+)
+from astuner.cli import make_app
 from astuner.default_plugins.arith_reader import ArithReader, ArithReaderSettings
-from astuner.errors import AstunerError
-from astuner.evaluation import EvalOptions, eval_metrics, run_eval
-from astuner.plugins import Plugins
-from astuner.record import read_metrics, read_trajectories
-from astuner.run_status import read_status
 from astuner.testing.cli import run_astuner
 from astuner.testing.engines import ScriptedEngine
 from astuner.testing.tokenizers import qwen25_tokenizer
@@ -92,7 +99,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> P
     return folder
 
 
-def checkpoint_of(folder: Path) -> Path:
+def step_1_of(folder: Path) -> Path:
     (checkpoint,) = (folder / "launcher_record" / "evalproj").glob("*/checkpoints/step_1")
     return checkpoint
 
@@ -180,8 +187,6 @@ def test_a_lora_adapter_is_merged_into_its_base(
     peft = pytest.importorskip("peft")
     from transformers import AutoModelForCausalLM
 
-    from astuner.checkpoint_model import model_for_checkpoint
-
     monkeypatch.setenv("ASTUNER_CACHE", str(tmp_path / "cache"))
     torch.manual_seed(0)
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
@@ -246,8 +251,8 @@ def test_latest_asks_the_backbone_that_wrote_each_run(tmp_path: Path, plugins: P
     assert latest_checkpoint(load_config(None, environ={}), plugins, tmp_path) == first / "ckpt_10"
     assert StepsBackbone.asked == [["20260101-000000", "20260102-000000"]]
     second = tmp_path / "20260102-000000"
-    assert checkpoint_model.checkpoint_of(StepsBackbone(), [second]) == second / "ckpt_2"
-    assert checkpoint_model.checkpoint_of(object(), [first]) is None
+    assert checkpoint_of(StepsBackbone(), [second]) == second / "ckpt_2"
+    assert checkpoint_of(object(), [first]) is None
 
 
 def test_latest_without_checkpoints_says_to_train_first(tmp_path: Path, plugins: Plugins) -> None:
@@ -258,9 +263,22 @@ def test_latest_without_checkpoints_says_to_train_first(tmp_path: Path, plugins:
 # ----------------------------------------------------------------- command line
 
 
+def test_the_command_registers_with_its_options(plugins: Plugins) -> None:
+    plugins.add(astuner_eval.plugin, name="eval")
+    app = make_app(plugins)
+    shown = CliRunner().invoke(app, ["eval", "--help"])
+    assert shown.exit_code == 0, shown.output
+    for option in ("--conf", "--checkpoint", "--split", "--n-samples", "--temperature", "--max-tasks"):
+        assert option in shown.output, option
+    assert "<bool>" not in shown.output  # plain click help, like the kernel's commands
+    assert "eval" in CliRunner().invoke(app, ["--help"]).output
+    (info,) = [i for i in plugins.infos() if i.name == "eval"]
+    assert info.hooks == ["register_commands"] and info.status == "ok"
+
+
 @pytest.mark.slow
 def test_eval_of_a_trained_checkpoint_greedy_and_pass_at_k(trained: Path) -> None:
-    checkpoint = checkpoint_of(trained)
+    checkpoint = step_1_of(trained)
     greedy = run_astuner("eval", "--conf", "evalproj.yaml", "--checkpoint", str(checkpoint), cwd=trained)
     assert greedy.returncode == 0, greedy.stderr
     # the project's training keys (trainer_common, torch) are no news to an evaluation
@@ -305,7 +323,7 @@ def test_eval_of_a_lora_checkpoint(tmp_path: Path, tiny_model_dir: Path) -> None
     )
     cache = {"ASTUNER_CACHE": str(tmp_path / "cache")}
     assert run_astuner("run", "--conf", conf.name, "--backbone", "torch", cwd=tmp_path).returncode == 0
-    checkpoint = checkpoint_of(tmp_path)
+    checkpoint = step_1_of(tmp_path)
     assert (checkpoint / "adapter_config.json").is_file()
     result = run_astuner(
         "eval",
@@ -334,10 +352,10 @@ def test_a_missing_checkpoint_is_a_clear_error(trained: Path) -> None:
     assert result.returncode == 1
     assert f"'{missing}' does not exist" in result.stderr
     assert "checkpoints/step_<n>" in result.stderr and "Traceback" not in result.stderr
-    run_folder = checkpoint_of(trained).parent.parent
+    run_folder = step_1_of(trained).parent.parent
     result = run_astuner("eval", "--conf", "evalproj.yaml", "--checkpoint", str(run_folder), cwd=trained)
     assert result.returncode == 1
-    assert "holds no model" in result.stderr and str(checkpoint_of(trained)) in result.stderr
+    assert "holds no model" in result.stderr and str(step_1_of(trained)) in result.stderr
     assert (sorted(evals.iterdir()) if evals.exists() else []) == before  # no folder for a failed eval
 
 

@@ -1,8 +1,9 @@
-"""Command `astuner eval --conf X [--checkpoint DIR]`: mean reward, success rate and pass@k.
+"""Entry point of `astuner-eval`: command `astuner eval --conf X [--checkpoint DIR]`.
 
 The command builds its own plugin manager (everything installed, narrowed
 by ASTUNER_LOAD_PLUGINS like the CLI's), since a `register_commands` hook
-is handed only the command line; the work is in `astuner.evaluation`.
+is handed only the command line; the work is in `astuner_eval.evaluation`.
+Importing this module is cheap: the rollout stack loads when an evaluation runs.
 """
 
 from __future__ import annotations
@@ -14,16 +15,21 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from astuner.cli import ConfOption, OverrideOption, handle_user_errors
-from astuner.companions import COMPANION_ARGS, companion_requests
-from astuner.components import check_plugin_blocks
-from astuner.config import load_config
-from astuner.hookspecs import hookimpl
-from astuner.plugins import Plugins
-from astuner.protocols import Split
+from astuner.api import (
+    COMPANION_ARGS,
+    ConfOption,
+    OverrideOption,
+    Plugins,
+    Split,
+    check_plugin_blocks,
+    companion_requests,
+    handle_user_errors,
+    hookimpl,
+    load_config,
+)
 
 if TYPE_CHECKING:
-    from astuner.evaluation import EvalReport
+    from astuner_eval.evaluation import EvalReport
 
 
 @handle_user_errors
@@ -56,7 +62,7 @@ def evaluate(
     Companion services run beside the evaluation as beside a run:
     `--with-NAME [VALUE]` (listed by `astuner run --help`).
     """
-    from astuner.evaluation import EvalOptions, run_eval  # the rollout stack: only when evaluating
+    from astuner_eval.evaluation import EvalOptions, run_eval  # the rollout stack: only when evaluating
 
     plugins = Plugins()
     companions = companion_requests(ctx.args, plugins)
@@ -75,7 +81,7 @@ def evaluate(
 
 
 def print_report(report: EvalReport) -> None:
-    from astuner.evaluation import SUMMARY_FILE
+    from astuner_eval.evaluation import SUMMARY_FILE
 
     s, m = report.summary, report.metrics
     errors = round(m["eval/error_rate"] * len(report.trajectories))

@@ -2,9 +2,9 @@
 
 Greedy by default: one run per task at temperature 0. With `n_samples = k`
 each task runs k times at the config's sampling temperature, and pass@k
-(the unbiased estimator, `astuner.core.metrics`) says how often at least one
+(the unbiased estimator, `astuner.api.pass_at_k`) says how often at least one
 of k tries succeeds. The model is the config's `model.path`, or a checkpoint
-folder in its place (`astuner.checkpoint_model`), served by whatever engine
+folder in its place (`astuner_eval.checkpoints`), served by whatever engine
 the config picks.
 
 An evaluation leaves a run folder like any run's, under the experiment
@@ -24,22 +24,31 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from astuner.checkpoint_model import LATEST, latest_checkpoint, model_for_checkpoint, step_of
-from astuner.companions import companions_for_run
-from astuner.components import build_reader, engine_name, plugin_settings
-from astuner.config import AstunerConfig
-from astuner.core.metrics import pass_at_k, rollout_metrics
-from astuner.core.task import Task
-from astuner.core.trajectory import Trajectory
-from astuner.errors import AstunerError
-from astuner.logs import get_logger, log_to_file
-from astuner.plugins import Plugins
-from astuner.protocols import Split, TaskReader
-from astuner.record import ExperimentDir, append_lines, append_trajectories
-from astuner.rollout.engine import SamplingParams
-from astuner.rollout.sampling import sampling_from_config
-from astuner.rollout.stack import rollout_stack
-from astuner.run_status import tracking
+from astuner.api import (
+    AstunerConfig,
+    AstunerError,
+    ExperimentDir,
+    Plugins,
+    SamplingParams,
+    Split,
+    Task,
+    TaskReader,
+    Trajectory,
+    append_lines,
+    append_trajectories,
+    build_reader,
+    companions_for_run,
+    engine_name,
+    get_logger,
+    log_to_file,
+    pass_at_k,
+    plugin_settings,
+    rollout_metrics,
+    rollout_stack,
+    sampling_from_config,
+    tracking,
+)
+from astuner_eval.checkpoints import LATEST, latest_checkpoint, model_for_checkpoint, step_of
 
 SUMMARY_FILE = "eval_summary.json"
 ROLLOUT_FILE = "eval.jsonl"
