@@ -157,6 +157,28 @@ def test_the_log_viewer_flags_without_its_plugin_say_how_to_install_it(
     assert not Path("launcher_record").exists()
 
 
+@pytest.mark.parametrize(("command", "folder"), [("eval", "eval"), ("logview", "logview")])
+def test_a_plugin_command_without_its_plugin_names_the_plugin(
+    plugins: Plugins, command: str, folder: str
+) -> None:
+    app = make_app(plugins)
+    for args in ([command, "--conf", "x.yaml", "-k", "2"], [command, "--help"]):
+        result = invoke(app, *args)
+        assert result.exit_code == 1, args
+        assert result.stderr.startswith(f"error: Command '{command}' comes with the plugin astuner-{command}")
+        assert f"`pip install astuner-{command}`" in result.stderr and f"./plugins/{folder}" in result.stderr
+    assert command not in invoke(app, "--help").stdout  # hidden: the help lists what is installed
+
+
+def test_a_registered_plugin_command_is_not_shadowed(plugins: Plugins) -> None:
+    def register_commands(cli):
+        cli.command("eval")(lambda: print("the real eval"))
+
+    plugins.add(SimpleNamespace(register_commands=hookimpl(register_commands)), name="evaluator")
+    result = invoke(make_app(plugins), "eval")
+    assert result.exit_code == 0 and result.stdout == "the real eval\n"
+
+
 def test_a_logview_companion_must_serve_a_page(app_with_backbone, plugins: Plugins, write_config) -> None:
     @contextmanager
     def no_page(value, config, folder):

@@ -31,7 +31,7 @@ from astuner.config_show import annotated_yaml
 from astuner.errors import AstunerError
 from astuner.launch import prepare_run
 from astuner.logs import configure_logging
-from astuner.plugins import Plugins, kernel_version
+from astuner.plugins import MOVED_OUT, Plugins, install_hint, kernel_version
 from astuner.protocols import DescribesEngineConfig
 from astuner.rollout.watchdog import own_stop_signals
 
@@ -259,7 +259,33 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
             typer.echo(f"(the {split} split is empty)")
 
     plugins.call_register_commands(app)
+    _name_missing_commands(app)
     return app
+
+
+def _name_missing_commands(app: typer.Typer) -> None:
+    """A hidden `astuner NAME` for each command of this repository's plugins that none registered.
+
+    Typed without its plugin, such a command then names the plugin to install
+    (`install_hint`) instead of click's bare "No such command".
+    """
+    taken = {info.name or info.callback.__name__ for info in app.registered_commands if info.callback}
+    taken |= {info.name for info in app.registered_groups}
+    for kind, name in MOVED_OUT:
+        if kind == "command" and name not in taken:
+            settings = {**COMPANION_ARGS, "help_option_names": []}
+            app.command(name, hidden=True, context_settings=settings)(_not_installed(name))
+
+
+def _not_installed(name: str) -> Callable[[], None]:
+    @handle_user_errors
+    def command() -> None:
+        raise AstunerError(
+            f"{install_hint('command', name)} If it is installed, `astuner plugins list` shows why it "
+            "did not load."
+        )
+
+    return command
 
 
 _ROOT_FLAGS = ("--help", "-h", "--version", "--verbose", "-v")

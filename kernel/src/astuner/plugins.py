@@ -41,6 +41,8 @@ MOVED_OUT: dict[tuple[str, str], str] = {
     ("engine", "vllm"): "astuner-engine-vllm",
     ("executor", "ray"): "astuner-executor-ray",
     **{("notifier", name): "astuner-notify" for name in ("webhook", "command", "sms")},
+    ("command", "eval"): "astuner-eval",
+    ("command", "logview"): "astuner-logview",
 }
 
 # kind -> the hook that registers it
