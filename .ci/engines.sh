@@ -36,7 +36,8 @@ build() {  # build VENV PLUGIN_DIR
     pip_install "$venv" torch
     pip_install "$venv" hatchling editables pytest pytest-timeout
     pip_install "$venv" --no-build-isolation \
-        -e ./kernel -e "./$plugin[engine]" -e ./plugins/reader-hf -e ./plugins/judge-math
+        -e ./kernel -e "./$plugin[engine]" -e ./plugins/reader-hf -e ./plugins/judge-math \
+        -e ./plugins/engine-openai
     "$venv/bin/pip" check
     echo "$venv built in $(( $(date +%s) - start )) s"
 }

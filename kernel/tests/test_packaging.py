@@ -32,7 +32,7 @@ NOT_KERNEL_CODE = ("templates",)
 # Module -> why the kernel may import it without declaring it as a dependency.
 OPTIONAL = {
     "agentscope": "extra 'agentscope': imported only when a workflow uses AgentScope (agentscope_model.py)",
-    "openai": "extra 'openai': the openai engine and ModelTuner.openai_client() import it when used",
+    "openai": "extra 'openai': ModelTuner.openai_client() imports it when used (agents on the OpenAI SDK)",
     "torch": "astuner.testing.models only: random models for tests, built where torch is installed",
     "pytest": "extra 'testing': astuner.testing.pytest_plugin, which only pytest loads",
 }

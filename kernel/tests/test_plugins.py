@@ -131,18 +131,22 @@ def test_unknown_name_lists_installed_and_suggests(plugins: Plugins) -> None:
     assert "Installed: arith, jsonl." in message
 
 
-def test_an_engine_the_kernel_no_longer_ships_names_its_package(plugins: Plugins) -> None:
-    """`rollout.engine: vllm` or an `engines.vllm` block without astuner-engine-vllm: the fix."""
+@pytest.mark.parametrize(("engine", "setting"), [("vllm", "port=8000"), ("openai", "base_url=http://x/v1")])
+def test_an_engine_the_kernel_no_longer_ships_names_its_package(
+    plugins: Plugins, engine: str, setting: str
+) -> None:
+    """`rollout.engine: vllm` or an `engines.vllm` block without astuner-engine-vllm (or openai): the fix."""
     with pytest.raises(PluginError) as err:
-        plugins.get("engine", "vllm")
+        plugins.get("engine", engine)
     assert str(err.value) == (
-        "No engine named 'vllm' is installed (installed: openai). Engine 'vllm' comes with the plugin "
-        "astuner-engine-vllm: install it with `pip install astuner-engine-vllm` (in a checkout of "
-        "astuner: `pip install -e ./plugins/engine-vllm`)."
+        f"No engine named '{engine}' is installed (installed: (none)). Engine '{engine}' comes with the "
+        f"plugin astuner-engine-{engine}: install it with `pip install astuner-engine-{engine}` (in a "
+        f"checkout of astuner: `pip install -e ./plugins/engine-{engine}`)."
     )
-    config = load_config(None, ["rollout.engines.vllm.port=8000"], environ={})
+    config = load_config(None, [f"rollout.engines.{engine}.{setting}"], environ={})
     with pytest.raises(
-        ConfigError, match=r"Unknown key 'rollout\.engines\.vllm' .*`pip install astuner-engine-vllm`"
+        ConfigError,
+        match=rf"Unknown key 'rollout\.engines\.{engine}' .*`pip install astuner-engine-{engine}`",
     ):
         check_plugin_blocks(config, plugins)
 

@@ -39,6 +39,7 @@ LOAD_PLUGINS_ENV = "ASTUNER_LOAD_PLUGINS"
 # kernel still did (`rollout.engine: vllm`): a missing one names the package to install.
 MOVED_OUT: dict[tuple[str, str], str] = {
     ("engine", "vllm"): "astuner-engine-vllm",
+    ("engine", "openai"): "astuner-engine-openai",
     ("executor", "ray"): "astuner-executor-ray",
     **{("notifier", name): "astuner-notify" for name in ("webhook", "command", "sms")},
     ("command", "eval"): "astuner-eval",

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import astuner_engine_openai.engine as openai_plugin
 import pytest
 from structlog.testing import capture_logs
 
@@ -210,6 +211,7 @@ def test_an_auxiliary_model_name_must_fit_urls_and_override_keys(write_config) -
 def test_engine_mistakes_fail_before_any_model_loads(
     plugins: Plugins, write_config, critic: dict[str, Any], message: str
 ) -> None:
+    plugins.add(openai_plugin, name="engine_openai")
     config = write_block(write_config, critic)
     with pytest.raises(ConfigError, match=message):
         check_plugin_blocks(config, plugins)

@@ -188,7 +188,7 @@ def start_debug_run(folder: Path, workflow: str) -> subprocess.Popen[str]:
     }
     (folder / "conf.yaml").write_text(yaml.safe_dump(config))
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASTUNER_")}
-    env["ASTUNER_LOAD_PLUGINS"] = ""  # the kernel's own plugins only: a quicker start
+    env["ASTUNER_LOAD_PLUGINS"] = "engine_openai"  # the kernel's own plugins and the engine: a quicker start
 
     def default_signals() -> None:  # a test runner in the background may have SIGINT ignored
         signal.signal(signal.SIGINT, signal.SIG_DFL)

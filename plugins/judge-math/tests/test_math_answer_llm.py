@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
+import astuner_engine_openai.engine as openai_plugin
 import astuner_judge_math.plugin
 import pytest
 from astuner_judge_math.llm_judge import MathAnswerLlmJudge, MathAnswerLlmSettings, parse_verdict
@@ -15,6 +16,7 @@ from astuner.components import build_judge
 from astuner.config import load_config
 from astuner.core.task import Task, WorkflowOutput
 from astuner.errors import ConfigError
+from astuner.plugins import Plugins
 from astuner.serving import ThreadedServer
 from astuner.testing.engines import ScriptedEngine
 
@@ -24,6 +26,13 @@ TASK = Task(
     metadata={"answer": "Weng earns 12/60 = $0.2 per minute.\n#### 10"},
 )
 WRONG_FORM = WorkflowOutput(response="She earned ten dollars.", metadata={"final_answer": "ten dollars"})
+
+
+@pytest.fixture
+def plugins(plugins: Plugins) -> Plugins:
+    """The kernel's plugins and engine `openai` (astuner-engine-openai), the judge's default engine."""
+    plugins.add(openai_plugin, name="engine_openai")
+    return plugins
 
 
 def run(judge: MathAnswerLlmJudge, output: WorkflowOutput) -> Any:

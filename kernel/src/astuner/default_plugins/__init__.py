@@ -10,7 +10,6 @@ DEFAULT_PLUGINS: list[str] = [
     "astuner.default_plugins.arith_reader",
     "astuner.default_plugins.exact_judge",
     "astuner.default_plugins.madness_checks",
-    "astuner.default_plugins.openai_engine",
     "astuner.default_plugins.debug_backbone",
     "astuner.default_plugins.init_command",
 ]

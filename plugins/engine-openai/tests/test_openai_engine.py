@@ -8,14 +8,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from astuner_engine_openai import OpenAIChatEngine, OpenAIEngineSettings
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from astuner.config import load_config
-from astuner.default_plugins.openai_engine import OpenAIChatEngine, OpenAIEngineSettings
-from astuner.errors import AstunerError
-from astuner.rollout.engine import ChatReply, SamplingParams
-from astuner.serving import ThreadedServer
+from astuner.api import AstunerError, ChatReply, SamplingParams, ThreadedServer, load_config
 
 SAMPLING = SamplingParams(temperature=0.0, max_tokens=16)
 MESSAGES = [{"role": "user", "content": "Is 10 ten?"}]

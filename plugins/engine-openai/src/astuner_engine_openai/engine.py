@@ -1,9 +1,9 @@
-"""Engine `openai`: any OpenAI-compatible chat endpoint, for debug runs.
+"""Engine `openai`: any OpenAI-compatible chat endpoint (LLM judges, auxiliary models, debug runs).
 
 A hosted model returns text, not token ids, so runs through this engine
 are recorded (messages, replies, rewards) but marked untrainable.
 
-Calls go through the OpenAI SDK (`astuner[openai]`), whose client retries
+Calls go through the OpenAI SDK (a dependency of this package), whose client retries
 connection errors, 408, 409, 429 and 5xx answers `max_retries` times,
 waiting as long as the server's `Retry-After` says (else an exponential
 back-off), so a rate-limited endpoint slows a run instead of failing it.
@@ -17,12 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from astuner.errors import AstunerError
-from astuner.hookspecs import Register, hookimpl
-from astuner.rollout.engine import ChatReply, SamplingParams
+from astuner.api import AstunerError, ChatReply, Register, SamplingParams, hookimpl
 
 if TYPE_CHECKING:
-    from astuner.config import AstunerConfig
+    from astuner.api import AstunerConfig
 
 
 class OpenAIEngineSettings(BaseModel):
@@ -59,7 +57,8 @@ class OpenAIChatEngine:
             import openai
         except ImportError as exc:
             raise AstunerError(
-                "Engine 'openai' needs the openai package: pip install 'astuner[openai]'."
+                "Engine 'openai' needs the openai package (a dependency of astuner-engine-openai that is "
+                "missing here): pip install openai."
             ) from exc
         self._openai = openai
         self.model = settings.model or config.model.path
