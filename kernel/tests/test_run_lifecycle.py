@@ -74,6 +74,27 @@ def test_a_finished_run_says_so_tells_its_notifiers_and_what_to_do_next(app, wri
     assert closing[1:] == [
         f"  records:     {folder}/rollouts/",
         f"  checkpoint:  {folder}/checkpoints/step_2",
+        f"  look:        astuner logview {folder}  (needs astuner-logview)",
+        f"  evaluate:    astuner eval --conf {folder}/config.yaml --checkpoint {folder}/checkpoints/step_2"
+        "  (needs astuner-eval)",
+    ]
+
+
+def test_the_next_steps_plugins_provide_are_given_plainly(plugins: Plugins, write_config, workdir) -> None:
+    def register_backbones(register):
+        register("ending", EndingBackbone, settings=EndSettings)
+
+    def register_commands(cli):
+        cli.command("logview")(lambda: None)
+        cli.command("eval")(lambda: None)
+
+    hooks = {"register_backbones": register_backbones, "register_commands": register_commands}
+    plugins.add(SimpleNamespace(**{name: hookimpl(f) for name, f in hooks.items()}), name="next-steps")
+    result = run_ending(make_app(plugins), write_config({}, name="plain.yaml"))
+    assert result.exit_code == 0, result.output
+    folder = only_run(workdir, "plain")
+    closing = result.stdout.strip().splitlines()[-2:]
+    assert closing == [
         f"  look:        astuner logview {folder}",
         f"  evaluate:    astuner eval --conf {folder}/config.yaml --checkpoint {folder}/checkpoints/step_2",
     ]

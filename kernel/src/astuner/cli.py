@@ -31,7 +31,7 @@ from astuner.config_show import annotated_yaml
 from astuner.errors import AstunerError
 from astuner.launch import prepare_run
 from astuner.logs import configure_logging
-from astuner.plugins import MOVED_OUT, Plugins, install_hint, kernel_version
+from astuner.plugins import MOVED_OUT, Plugins, command_names, install_hint, kernel_version
 from astuner.protocols import DescribesEngineConfig
 from astuner.rollout.watchdog import own_stop_signals
 
@@ -269,8 +269,7 @@ def _name_missing_commands(app: typer.Typer) -> None:
     Typed without its plugin, such a command then names the plugin to install
     (`install_hint`) instead of click's bare "No such command".
     """
-    taken = {info.name or info.callback.__name__ for info in app.registered_commands if info.callback}
-    taken |= {info.name for info in app.registered_groups}
+    taken = command_names(app)
     for kind, name in MOVED_OUT:
         if kind == "command" and name not in taken:
             settings = {**COMPANION_ARGS, "help_option_names": []}

@@ -14,7 +14,7 @@ do next.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from astuner.checkpoint_model import checkpoint_of
@@ -25,7 +25,7 @@ from astuner.config import AstunerConfig
 from astuner.errors import AstunerError
 from astuner.logs import configure_logging, get_logger
 from astuner.notify import RunSummary, notify_run_end, summarize
-from astuner.plugins import Plugins, install_hint
+from astuner.plugins import MOVED_OUT, Plugins, install_hint
 from astuner.protocols import Backbone, RunContext
 from astuner.record import ExperimentDir
 from astuner.run_status import mark_ended, mark_running, outcome
@@ -61,7 +61,8 @@ class PreparedRun:
             summary = summarize(self.config, self.experiment, ended, checkpoint)
             log.info(f"run {state}", experiment=str(self.experiment.path), reason=reason or None)
             notify_run_end(self.config, self.plugins, summary)
-            print("\n".join(closing_lines(summary, self.config)), flush=True)
+            commands = self.plugins.command_names()
+            print("\n".join(closing_lines(summary, self.config, commands)), flush=True)
 
 
 def prepare_run(config: AstunerConfig, plugins: Plugins, *, verbose: bool = False) -> PreparedRun:
@@ -90,8 +91,16 @@ def prepare_run(config: AstunerConfig, plugins: Plugins, *, verbose: bool = Fals
     return PreparedRun(config, plugins, backbone, experiment)
 
 
-def closing_lines(summary: RunSummary, config: AstunerConfig) -> list[str]:
-    """What the run produced and what to do next, as the run's last printed lines."""
+def closing_lines(summary: RunSummary, config: AstunerConfig, commands: Collection[str]) -> list[str]:
+    """What the run produced and what to do next, as the run's last printed lines.
+
+    A next step whose command no installed plugin provides (`commands`: those
+    there are) says which plugin does.
+    """
+
+    def needs(command: str) -> str:
+        return "" if command in commands else f"  (needs {MOVED_OUT[('command', command)]})"
+
     folder = summary.experiment
     why = f" ({summary.reason})" if summary.reason else ""
     lines = [
@@ -102,10 +111,11 @@ def closing_lines(summary: RunSummary, config: AstunerConfig) -> list[str]:
         lines.append(f"  checkpoint:  {summary.checkpoint}")
     if os.path.isdir(os.path.join(folder, "tensorboard")):
         lines.append(f"  tensorboard: tensorboard --logdir {folder}/tensorboard")
-    lines.append(f"  look:        astuner logview {folder}")
+    lines.append(f"  look:        astuner logview {folder}{needs('logview')}")
     if summary.checkpoint:
         lines.append(
             f"  evaluate:    astuner eval --conf {folder}/config.yaml --checkpoint {summary.checkpoint}"
+            + needs("eval")
         )
     if summary.status == "failed":
         lines.append(f"  why:         the end of {folder}/astuner.log")

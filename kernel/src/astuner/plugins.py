@@ -92,6 +92,12 @@ def install_hint(kind: str, name: str) -> str:
     )
 
 
+def command_names(app: Any) -> set[str]:
+    """The names a typer app answers to: its commands and its sub-apps."""
+    named = {info.name or info.callback.__name__ for info in app.registered_commands if info.callback}
+    return named | {info.name for info in app.registered_groups if info.name}
+
+
 @dataclass(frozen=True)
 class NotReady:
     """What a plugin's `astuner_readiness()` returns when something it needs is missing.
@@ -271,6 +277,14 @@ class Plugins:
             except PLUGIN_FAULTS as exc:
                 info = self._infos[impl.plugin_name]
                 self._mark_broken(info, "hook error", f"register_commands: {type(exc).__name__}: {exc}")
+
+    def command_names(self) -> set[str]:
+        """The sub-commands the plugins add to the command line (registered on a scratch app)."""
+        import typer
+
+        app = typer.Typer()
+        self.call_register_commands(app)
+        return command_names(app)
 
     def _collect(self) -> None:
         registries: dict[str, dict[str, Registration]] = {kind: {} for kind in KINDS}
