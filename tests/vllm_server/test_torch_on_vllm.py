@@ -14,6 +14,7 @@ from servers import EAGER, SMOLLM2
 torch = pytest.importorskip("torch")
 
 import astuner_backbone_torch.plugin as torch_plugin  # noqa: E402
+import astuner_engine_vllm.engine as vllm_plugin  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from astuner.cli import make_app  # noqa: E402
@@ -57,6 +58,7 @@ def write_conf(folder: Path, name: str, model_path: str, workflow: str = "Answer
 
 def train(plugins, workdir: Path, conf: Path, server_env: dict, monkeypatch) -> tuple[int, str, Path]:
     plugins.add(torch_plugin, name="backbone_torch")
+    plugins.add(vllm_plugin, name="engine_vllm")
     monkeypatch.syspath_prepend(str(HERE))
     for name, value in server_env.items():  # the server astuner starts inherits them
         monkeypatch.setenv(name, value)
