@@ -1,6 +1,7 @@
 """A run's life: status.json start to end, notifiers told once, closing lines, errors before the folder."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 
 from astuner import hookimpl
 from astuner.cli import make_app
+from astuner.logs import get_logger
 from astuner.plugins import Plugins
 from astuner.run_status import mark_running, read_status
 from astuner.testing.backbones import EndingBackbone, EndSettings, only_run, run_ending
@@ -196,3 +198,14 @@ def test_tracking_marks_how_a_block_ended(tmp_path: Path) -> None:
     with pytest.raises(ValueError), tracking(tmp_path):
         raise ValueError("bad split\nmore")
     assert str(read_status(tmp_path)) == "failed: ValueError: bad split"
+
+
+def test_once_a_run_ended_nothing_more_is_written_to_its_log(app, write_config, workdir) -> None:
+    result = run_ending(app, write_config({}, name="quiet.yaml"))
+    assert result.exit_code == 0, result.output
+    log_file = only_run(workdir, "quiet") / "astuner.log"
+    assert "run finished" in log_file.read_text()
+    size = log_file.stat().st_size
+    get_logger().info("the process goes on after the run")  # a notebook's next cell; the next test
+    assert log_file.stat().st_size == size
+    assert not [h for h in logging.getLogger("astuner").handlers if isinstance(h, logging.FileHandler)]

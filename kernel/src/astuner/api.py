@@ -57,7 +57,7 @@ from astuner.core.tokenizer import (
 from astuner.core.trajectory import LLMCall, Sample, ToolCall, Trajectory
 from astuner.errors import AstunerError, ConfigError, PluginError
 from astuner.hookspecs import Register, hookimpl
-from astuner.logs import configure_logging, get_logger, log_to_file, warn_once
+from astuner.logs import close_log_file, configure_logging, get_logger, log_to_file, warn_once
 from astuner.notify import Notifier, RunSummary
 from astuner.plugins import NotReady, Plugins
 from astuner.protocols import (
@@ -233,6 +233,7 @@ __all__ = [  # noqa: RUF022
     "configure_logging",
     "get_logger",
     "log_to_file",
+    "close_log_file",
     "warn_once",
     "RunSummary",
     "read_metrics",

@@ -23,7 +23,7 @@ from astuner.compat import switched_on_notifiers
 from astuner.components import build, build_backbone, plugin_settings
 from astuner.config import AstunerConfig
 from astuner.errors import AstunerError
-from astuner.logs import configure_logging, get_logger
+from astuner.logs import close_log_file, configure_logging, get_logger
 from astuner.notify import RunSummary, notify_run_end, summarize
 from astuner.plugins import MOVED_OUT, Plugins, install_hint
 from astuner.protocols import Backbone, RunContext
@@ -61,6 +61,7 @@ class PreparedRun:
             summary = summarize(self.config, self.experiment, ended, checkpoint)
             log.info(f"run {state}", experiment=str(self.experiment.path), reason=reason or None)
             notify_run_end(self.config, self.plugins, summary)
+            close_log_file()
             commands = self.plugins.command_names()
             print("\n".join(closing_lines(summary, self.config, commands)), flush=True)
 

@@ -74,11 +74,21 @@ def log_to_file(log_file: Path) -> None:
     """
     if not _configured:
         configure_logging()
+    close_log_file()
+    logging.getLogger(LOGGER_NAME).addHandler(_json_file_handler(log_file))
+
+
+def close_log_file() -> None:
+    """Stop writing JSON lines to a file; the terminal keeps its lines.
+
+    Called when a run ends, so that what the process logs afterwards (a
+    notebook's next cell, the next test) never lands in that run's folder,
+    which may be gone by then.
+    """
     stdlib = logging.getLogger(LOGGER_NAME)
     for handler in [h for h in stdlib.handlers if isinstance(h, logging.FileHandler)]:
         stdlib.removeHandler(handler)
         handler.close()
-    stdlib.addHandler(_json_file_handler(log_file))
 
 
 def _json_file_handler(log_file: Path) -> logging.Handler:

@@ -14,6 +14,7 @@ from astuner.api import (
     OverrideOption,
     Plugins,
     check_plugin_blocks,
+    close_log_file,
     configure_logging,
     get_logger,
     handle_user_errors,
@@ -75,10 +76,12 @@ def sft(
         raise typer.BadParameter(f"'{source}' does not exist.", param_hint="--from")
     experiment = ExperimentDir.create(config)
     configure_logging(verbose=is_verbose(), log_file=experiment.log_file)
-    with tracking(experiment.path):
-        last = run_sft(config, settings, source, experiment).resolve()
-    log = get_logger()
-    log.info("sft finished", experiment=str(experiment.path))
+    try:
+        with tracking(experiment.path):
+            last = run_sft(config, settings, source, experiment).resolve()
+        get_logger().info("sft finished", experiment=str(experiment.path))
+    finally:
+        close_log_file()
     typer.echo(f"checkpoint:  {last}")
     typer.echo(f"records:     {experiment.path / 'rollouts'}   (astuner logview {experiment.path})")
     typer.echo(f"RL from it:  astuner run --conf {conf} -o model.path={last}")

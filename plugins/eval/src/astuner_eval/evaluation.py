@@ -37,6 +37,7 @@ from astuner.api import (
     append_lines,
     append_trajectories,
     build_reader,
+    close_log_file,
     companions_for_run,
     engine_name,
     get_logger,
@@ -137,8 +138,11 @@ def run_eval(config: AstunerConfig, plugins: Plugins, options: EvalOptions) -> E
     config = prepare_eval_config(config, plugins, options)
     sampling = eval_sampling(config, options.n_samples, options.temperature)
     experiment = ExperimentDir.create(config)
-    with tracking(experiment.path):
-        return _evaluate(config, plugins, options, sampling, experiment)
+    try:
+        with tracking(experiment.path):
+            return _evaluate(config, plugins, options, sampling, experiment)
+    finally:
+        close_log_file()
 
 
 def _evaluate(
