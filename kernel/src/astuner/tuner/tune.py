@@ -24,7 +24,6 @@ from astuner.components import check_plugin_blocks
 from astuner.config import AUXILIARY_NAME, AstunerConfig, deep_merge, load_config
 from astuner.errors import ConfigError
 from astuner.launch import prepare_run
-from astuner.logs import configure_logging
 from astuner.plugins import Plugins
 from astuner.translation import nest
 from astuner.tuner.algorithm import AlgorithmConfig
@@ -94,10 +93,7 @@ def tune(
         plugins.check_conflicts()
         check_plugin_blocks(config, plugins)
         prepared = prepare_run(config, plugins)
-        try:
-            prepared.execute()
-        finally:
-            configure_logging()  # the run's log file closes; the terminal keeps its handler
+        prepared.execute()  # which closes the run's log file when it ends
     finally:
         plugins.remove(functions.plugin_name)
     return TuneResult.read(prepared.experiment, checkpoint_of(prepared.backbone, [prepared.experiment.path]))
