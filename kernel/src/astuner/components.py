@@ -54,7 +54,7 @@ def check_plugin_blocks(config: AstunerConfig, plugins: Plugins) -> None:
             valid = list(getattr(section_model, "model_fields", {})) + list(registry)
             near = difflib.get_close_matches(name, valid, n=1, cutoff=0.5)
             hint = f" Did you mean '{(section + '.') if section else ''}{near[0]}'?" if near else ""
-            hint = f" {install_hint(kind, name)}" if install_hint(kind, name) else hint
+            hint = f" {moved}" if (moved := install_hint(kind, name)) else hint
             what = f"a key of '{section}'" if section else "a top-level key"
             raise ConfigError(
                 f"Unknown key '{key}' in {origin}: it is neither {what} nor the settings block "

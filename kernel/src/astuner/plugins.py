@@ -242,10 +242,9 @@ class Plugins:
             if broken
             else ""
         )
-        if install_hint(kind, name):
+        if moved := install_hint(kind, name):
             raise PluginError(
-                f"No {kind} named '{name}' is installed (installed: {installed}).{broken_note} "
-                + install_hint(kind, name)
+                f"No {kind} named '{name}' is installed (installed: {installed}).{broken_note} {moved}"
             )
         raise PluginError(
             f"No {kind.replace('_', ' ')} named '{name}'.{hint} Installed: {installed}."

@@ -138,6 +138,7 @@ def run_eval(config: AstunerConfig, plugins: Plugins, options: EvalOptions) -> E
     config = prepare_eval_config(config, plugins, options)
     sampling = eval_sampling(config, options.n_samples, options.temperature)
     experiment = ExperimentDir.create(config)
+    log_to_file(experiment.log_file)
     try:
         with tracking(experiment.path):
             return _evaluate(config, plugins, options, sampling, experiment)
@@ -152,7 +153,6 @@ def _evaluate(
     sampling: SamplingParams,
     experiment: ExperimentDir,
 ) -> EvalReport:
-    log_to_file(experiment.log_file)
     log = get_logger(backbone="eval")
     log.info("eval started", experiment=str(experiment.path), model=config.model.path)
     with companions_for_run(config, plugins, experiment.path, options.companions):
