@@ -70,3 +70,14 @@ def test_without_db_no_tag_stops(monkeypatch: pytest.MonkeyPatch, debugging_env)
     bp("ANY")  # no tags enabled at all
     monkeypatch.setenv(DB_TAGS_ENV, "OTHER|MORE")
     bp("ANY")  # enabled tags, not this one
+
+
+def test_asking_whether_this_is_a_ray_worker_starts_no_ray_cluster() -> None:
+    # `ray.get_runtime_context()` starts a local cluster when none is running: a tag hit in the
+    # run's own process, with Ray merely imported, once left one behind in the workflow's folder.
+    ray = pytest.importorskip("ray")
+    from astuner.breakpoints import _in_ray_worker
+
+    assert not ray.is_initialized()
+    assert _in_ray_worker() is False
+    assert not ray.is_initialized()

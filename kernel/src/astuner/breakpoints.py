@@ -55,7 +55,7 @@ def _in_ray_worker() -> bool:
     if ray is None:
         return False
     try:
-        context = ray.get_runtime_context()
-        return bool(ray.is_initialized()) and context.worker.mode == ray.WORKER_MODE
+        # is_initialized() first: get_runtime_context() starts a local Ray cluster when there is none.
+        return bool(ray.is_initialized()) and ray.get_runtime_context().worker.mode == ray.WORKER_MODE
     except Exception:  # an old or partial Ray: not a worker we can tell
         return False
