@@ -21,6 +21,9 @@ def ray_head() -> Iterator[RayHead]:
     ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent))
     if ray_bin is None:
         pytest.skip("the ray executable is not installed next to this Python")
+    # The executor joins a Ray this process already started: one left by an earlier test would run
+    # these tests' workflows instead, in a cluster whose working directory may be gone.
+    assert not ray.is_initialized(), "an earlier test in this process left Ray initialized"
     with RayHead(ray_bin, num_cpus=2) as head:
         yield head
         ray.shutdown()
