@@ -55,13 +55,15 @@ class PreparedRun:
             ending = exc
             raise
         finally:
-            state, reason = outcome(ending)
-            ended = mark_ended(self.experiment.path, state, reason)
-            checkpoint = checkpoint_of(self.backbone, [self.experiment.path])
-            summary = summarize(self.config, self.experiment, ended, checkpoint)
-            log.info(f"run {state}", experiment=str(self.experiment.path), reason=reason or None)
-            notify_run_end(self.config, self.plugins, summary)
-            close_log_file()
+            try:
+                state, reason = outcome(ending)
+                ended = mark_ended(self.experiment.path, state, reason)
+                checkpoint = checkpoint_of(self.backbone, [self.experiment.path])  # the backbone's code
+                summary = summarize(self.config, self.experiment, ended, checkpoint)
+                log.info(f"run {state}", experiment=str(self.experiment.path), reason=reason or None)
+                notify_run_end(self.config, self.plugins, summary)
+            finally:
+                close_log_file()
             commands = self.plugins.command_names()
             print("\n".join(closing_lines(summary, self.config, commands)), flush=True)
 
