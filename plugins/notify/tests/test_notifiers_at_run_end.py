@@ -5,28 +5,11 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import SimpleNamespace
 from typing import ClassVar
 
-import astuner_notify.plugin
 import pytest
 
-from astuner import hookimpl
-from astuner.cli import make_app
-from astuner.plugins import Plugins
-from astuner.testing.backbones import EndingBackbone, EndSettings, only_run, run_ending
-
-
-@pytest.fixture
-def app(plugins: Plugins):
-    """The CLI with astuner-notify's notifiers and the test backbone `ending`."""
-
-    def register_backbones(register):
-        register("ending", EndingBackbone, settings=EndSettings)
-
-    plugins.add(astuner_notify.plugin, name="notify")
-    plugins.add(SimpleNamespace(register_backbones=hookimpl(register_backbones)), name="ending")
-    return make_app(plugins)
+from astuner.testing.backbones import only_run, run_ending
 
 
 class Hook(BaseHTTPRequestHandler):

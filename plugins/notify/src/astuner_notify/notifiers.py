@@ -12,10 +12,13 @@ through Twilio's REST API; it needs an account (`notify.sms.account_sid`,
 
 from __future__ import annotations
 
+import atexit
 import base64
+import contextlib
 import json
 import os
 import shlex
+import signal
 import subprocess
 import urllib.parse
 import urllib.request
@@ -69,17 +72,49 @@ class CommandNotifier:
     def notify(self, summary: RunSummary) -> None:
         command = self.settings.command
         argv = shlex.split(command) if isinstance(command, str) else list(command)
-        done = subprocess.run(
+        # A session of its own makes the command lead a process group that holds everything it
+        # starts, so stopping it stops its children too instead of leaving them to PID 1.
+        with subprocess.Popen(
             argv,
-            input=json.dumps(summary.as_dict()),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            capture_output=True,
-            timeout=self.settings.timeout_s,
-            check=False,
-        )
-        if done.returncode:
-            tail = (done.stderr or done.stdout).strip()[-400:]
-            raise RuntimeError(f"{argv[0]} exited with {done.returncode}: {tail}")
+            start_new_session=True,
+        ) as process:
+            _running.add(process.pid)
+            try:
+                out, err = process.communicate(json.dumps(summary.as_dict()), timeout=self.settings.timeout_s)
+            except subprocess.TimeoutExpired:
+                _stop_group(process.pid)
+                # Not communicate(): a process that left the group could still hold the pipes open.
+                process.wait()
+                raise RuntimeError(
+                    f"{argv[0]} still ran after notify.command.timeout_s ({self.settings.timeout_s:g} s): "
+                    "stopped it and every process it started"
+                ) from None
+            finally:
+                _running.discard(process.pid)
+        if process.returncode:
+            tail = (err or out).strip()[-400:]
+            raise RuntimeError(f"{argv[0]} exited with {process.returncode}: {tail}")
+
+
+# Process groups of commands still running. The kernel waits for notifiers a while and then leaves
+# them behind in daemon threads; when the interpreter exits those threads just stop, so the
+# commands they started are stopped here instead of living on under PID 1.
+_running: set[int] = set()
+
+
+def _stop_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # the whole group has already exited
+        os.killpg(pgid, signal.SIGKILL)
+
+
+@atexit.register
+def _stop_running_commands() -> None:
+    for pgid in list(_running):
+        _stop_group(pgid)
 
 
 class SmsSettings(BaseModel):
