@@ -28,7 +28,7 @@ from astuner.notify import RunSummary, notify_run_end, summarize
 from astuner.plugins import MOVED_OUT, Plugins, install_hint
 from astuner.protocols import Backbone, RunContext
 from astuner.record import ExperimentDir
-from astuner.run_status import mark_ended, mark_running, outcome
+from astuner.run_status import end_run, mark_running
 
 
 @dataclass
@@ -56,8 +56,8 @@ class PreparedRun:
             raise
         finally:
             try:
-                state, reason = outcome(ending)
-                ended = mark_ended(self.experiment.path, state, reason)
+                ended = end_run(self.experiment.path, ending)
+                state, reason = ended.state, ended.reason
                 checkpoint = checkpoint_of(self.backbone, [self.experiment.path])  # the backbone's code
                 summary = summarize(self.config, self.experiment, ended, checkpoint)
                 log.info(f"run {state}", experiment=str(self.experiment.path), reason=reason or None)

@@ -4,6 +4,10 @@
 and rewritten when it ends. A process killed outright (SIGKILL, a reboot, an
 out-of-memory kill) cannot write its end: its folder says `running` while
 that process is gone, and reads as `killed`.
+
+On a full disk there is no room for the fresh copy that makes a rewrite
+atomic; the end is then written over the file's own block, and where even
+that fails it is said as a warning: the run's own error stays the one shown.
 """
 
 from __future__ import annotations
@@ -12,11 +16,14 @@ import json
 import os
 import socket
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
+
+from astuner.errors import AstunerError
+from astuner.logs import get_logger
 
 STATUS_FILE = "status.json"
 
@@ -53,9 +60,33 @@ def mark_running(folder: Path) -> RunStatus:
 
 
 def mark_ended(folder: Path, state: State, reason: str = "") -> RunStatus:
-    """Record how the run in `folder` ended (`finished`, `failed` or `killed`)."""
+    """Record how the run in `folder` ended (`finished`, `failed` or `killed`).
+
+    Raises `AstunerError`, naming the file, when it cannot be written.
+    """
+    status = _ended(folder, state, reason)
+    _write(folder, status)
+    return status
+
+
+def end_run(folder: Path, exc: BaseException | None) -> RunStatus:
+    """Record how the run that raised `exc` (None: returned) ended; never raises.
+
+    A status that cannot be written (a full disk) is a warning naming the
+    file: raising here would replace the run's own error, which says what
+    went wrong first (often the same full disk, with the file it filled).
+    """
+    status = _ended(folder, *outcome(exc))
+    try:
+        _write(folder, status)
+    except AstunerError as problem:
+        get_logger().warning(str(problem))
+    return status
+
+
+def _ended(folder: Path, state: State, reason: str) -> RunStatus:
     before = read_status(folder)
-    status = RunStatus(
+    return RunStatus(
         state,
         reason=" ".join(reason.split()),
         pid=before.pid,
@@ -64,8 +95,6 @@ def mark_ended(folder: Path, state: State, reason: str = "") -> RunStatus:
         started=before.started,
         ended=_now(),
     )
-    _write(folder, status)
-    return status
 
 
 def outcome(exc: BaseException | None) -> tuple[State, str]:
@@ -76,8 +105,6 @@ def outcome(exc: BaseException | None) -> tuple[State, str]:
         return "killed", "interrupted (Ctrl-C)"
     if isinstance(exc, SystemExit):
         return "killed", f"stopped (exit {exc.code})" if exc.code else "stopped"
-    from astuner.errors import AstunerError
-
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return "failed", (first if isinstance(exc, AstunerError) else f"{type(exc).__name__}: {first}")[:300]
 
@@ -89,9 +116,9 @@ def tracking(folder: Path) -> Iterator[None]:
     try:
         yield
     except BaseException as exc:
-        mark_ended(folder, *outcome(exc))
+        end_run(folder, exc)
         raise
-    mark_ended(folder, "finished")
+    end_run(folder, None)
 
 
 def read_status(folder: Path) -> RunStatus:
@@ -137,9 +164,29 @@ def _process_start(pid: int) -> str:
 
 
 def _write(folder: Path, status: RunStatus) -> None:
+    data = json.dumps(asdict(status), indent=1).encode("utf-8")
+    path = folder / STATUS_FILE
     temporary = folder / f".{STATUS_FILE}.tmp"
-    temporary.write_text(json.dumps(asdict(status), indent=1), encoding="utf-8")
-    temporary.replace(folder / STATUS_FILE)  # never half a file, even when killed mid-write
+    try:
+        temporary.write_bytes(data)
+        temporary.replace(path)  # never half a file, even when killed mid-write
+        return
+    except OSError as exc:
+        first = exc
+        with suppress(OSError):
+            temporary.unlink(missing_ok=True)
+    # A full disk has no room for the copy, but the file's own block (a few
+    # hundred bytes used of it) takes the new text without growing the file.
+    try:
+        with path.open("r+b") as out:
+            out.write(data)
+            out.truncate()
+    except OSError:
+        raise AstunerError(
+            f"Cannot write the run's status to '{path}': {first.strerror or first}. It still says what "
+            f"it said before ({read_status(folder).state}), where it should say {status}. Free space on "
+            "that disk (or fix the folder's permissions); the run's records are in that folder."
+        ) from None
 
 
 def _now() -> str:
