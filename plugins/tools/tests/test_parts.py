@@ -29,6 +29,14 @@ def test_the_project_is_the_git_work_tree(monkeypatch: pytest.MonkeyPatch) -> No
     assert str(REPO.resolve()) in hidden_folders()
 
 
+def test_a_project_under_tmp_is_hidden_too(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    clone = tmp_path / "nc" / "main"  # a newcomer's `git clone ... /tmp/nc/main`
+    (clone / ".git").mkdir(parents=True)
+    (clone / "kernel").mkdir()
+    monkeypatch.chdir(clone / "kernel")
+    assert str(clone.resolve()) in hidden_folders()
+
+
 def test_hidden_folders_never_include_the_system(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", "/")  # service accounts have such homes
     monkeypatch.chdir("/usr")
@@ -74,6 +82,25 @@ def test_bwrap_command(monkeypatch: pytest.MonkeyPatch, root: bool) -> None:
         assert "--unshare-all" in args
     network = bwrap_command(View(**{**VIEW.__dict__, "network": True}), ["python"])
     assert "--share-net" in network
+
+
+def test_bwrap_makes_the_way_to_the_interpreter_searchable_by_all() -> None:
+    # bwrap makes a bind's missing parents 0700: `nobody` could not reach a venv under /tmp
+    view = View(
+        workdir="/tmp/astuner-python-x/work",
+        hide=("/root", "/tmp/nc/main"),
+        keep=("/root/.pyenv/versions/3.11.7", "/tmp/nc/main/.venv"),
+        tmp_mb=64,
+        disk_mb=32,
+        network=False,
+    )
+    text = " ".join(bwrap_command(view, ["python"]))
+    searchable = "--perms 0755 --dir"
+    assert f"{searchable} /root/.pyenv {searchable} /root/.pyenv/versions --ro-bind /root/.pyenv/" in text
+    assert f"{searchable} /tmp/nc {searchable} /tmp/nc/main --ro-bind /tmp/nc/main/.venv" in text
+    assert f"{searchable} /tmp/astuner-python-x --perms 0777 --size {32 << 20} --tmpfs /tmp/astuner" in text
+    # the project under /tmp is hidden by the fresh /tmp: no tmpfs of its own to remount
+    assert "--tmpfs /tmp/nc/main" not in text and "--remount-ro /tmp/nc/main" not in text
 
 
 @pytest.mark.parametrize("root", [True, False])

@@ -14,10 +14,11 @@ It does, in order:
 2. Write the code to `<workdir>/main.py` and fork: this process stays as a
    small init that waits for the code, reaps orphans (it is the child
    subreaper), and on exit or SIGTERM kills every process left below it.
-3. In the child: drop root to `nobody` where the interpreter is readable by
-   it, enter a user namespace of its own (so RLIMIT_NPROC counts this
-   sandbox's processes only, and the mounts above are locked), set the
-   rlimits, and `exec` a plain `python main.py`.
+3. In the child: drop root to `nobody` (in a sandbox always: where `nobody`
+   cannot read the interpreter, the code is not run), enter a user
+   namespace of its own (so RLIMIT_NPROC counts this sandbox's processes
+   only, and the mounts above are locked), set the rlimits, and `exec` a
+   plain `python main.py`.
 
 The limits are set here rather than through `preexec_fn`: `preexec_fn` is not
 safe in a threaded parent (a trainer is), and RLIMIT_NPROC only means "this
@@ -44,18 +45,23 @@ NAMESPACES = True  # False: behave as on a kernel that refuses new namespaces (t
 _libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
 
-def readable_by_others(paths: list[str]) -> bool:
-    """Whether `nobody` could run this interpreter: every folder on the way searchable, the files readable."""
+def unreadable_by_others(paths: list[str]) -> str | None:
+    """The first of `paths`, or folder on the way, that `nobody` could not search or read; None if none.
+
+    Asked inside the sandbox, of the view the code will have: a private home there is an empty
+    tmpfs searchable by all, with the interpreter's folders bound back over it.
+    """
     for path in paths:
         parts = os.path.abspath(path).split("/")
         for i in range(1, len(parts) + 1):
+            step = "/".join(parts[:i]) or "/"
             try:
-                mode = os.stat("/".join(parts[:i]) or "/").st_mode
+                mode = os.stat(step).st_mode
             except OSError:
-                return False
+                return step
             if not mode & stat.S_IXOTH or (i == len(parts) and not mode & stat.S_IROTH):
-                return False
-    return True
+                return step
+    return None
 
 
 def in_initial_user_namespace() -> bool:
@@ -135,7 +141,15 @@ def become_the_code(plan: dict, status: int) -> None:
     notes = []
     sandboxed = plan["mode"] != "none"
     real_root = os.geteuid() == 0 and in_initial_user_namespace()
-    if real_root and plan["drop_root"] and readable_by_others(plan["interpreter"]):
+    blocked = unreadable_by_others(plan["interpreter"]) if real_root else None
+    if real_root and blocked is not None and sandboxed:
+        # As root it would read every root-only file left visible (/etc/shadow), uncounted by RLIMIT_NPROC.
+        raise PermissionError(
+            f"`nobody` cannot read {blocked}, on the way to this Python interpreter, and astuner never runs "
+            "model-written code as root in a sandbox; make it readable by all (chmod o+rX on it and the "
+            "interpreter's folders) or install Python where every user can read it (docs/security.md)"
+        )
+    if real_root and blocked is None:
         uid, gid = nobody()
         if not sandboxed:  # a plain folder of root's; in a sandbox it is a tmpfs open to all
             os.chown(plan["workdir"], uid, gid)
@@ -251,6 +265,9 @@ def main() -> None:
     plan = json.loads(sys.argv[1])
     NAMESPACES = plan.get("namespaces", True)
     status = plan["status_fd"]
+    # What is made below (folders on the way to the interpreter, main.py) must be readable by `nobody`,
+    # whatever the caller's umask.
+    os.umask(0o022)
     if plan.get("cgroup"):  # best effort: the subreaper sweep below works without it
         with contextlib.suppress(OSError), open(os.path.join(plan["cgroup"], "cgroup.procs"), "w") as f:
             f.write(str(os.getpid()))

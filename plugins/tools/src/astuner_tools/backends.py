@@ -23,6 +23,8 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
+from astuner_tools.paths import FRESH_FOLDERS, is_inside
+
 Sandbox = Literal["bwrap", "unshare", "none"]
 SANDBOXES: tuple[Sandbox, ...] = ("bwrap", "unshare", "none")
 
@@ -52,26 +54,35 @@ def bwrap_command(view: View, program: Sequence[str]) -> list[str]:
     """
     bwrap = shutil.which("bwrap") or "bwrap"
     args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    for path in ("/tmp", "/dev/shm"):
+    for path in FRESH_FOLDERS:
         args += ["--perms", "1777", "--size", str(view.tmp_mb << 20), "--tmpfs", path]
-    for path in view.hide:
+    # a hidden folder in /tmp (a project cloned there) is gone with the fresh /tmp already
+    mounted = [path for path in view.hide if not is_inside(path, FRESH_FOLDERS)]
+    for path in mounted:
         args += ["--size", str(1 << 20), "--tmpfs", path]
+    fresh = [*FRESH_FOLDERS, *mounted]
     made: set[str] = set()
-    for path in view.keep:
-        # folders on the way, made in the tmpfs: searchable by all (bwrap would make them 0700)
+
+    def folders_on_the_way(path: str) -> list[str]:
+        # Made in the fresh tmpfs as searchable by all: bwrap would make them 0700, and `nobody`
+        # could then not reach the interpreter nor the workdir.
+        steps: list[str] = []
         for parent in reversed(Path(path).parents):
             folder = str(parent)
-            if folder not in made and any(folder.startswith(top.rstrip("/") + "/") for top in view.hide):
+            if folder not in made and is_inside(folder, fresh):
                 made.add(folder)
-                args += ["--perms", "0755", "--dir", folder]
-        args += ["--ro-bind", path, path]
+                steps += ["--perms", "0755", "--dir", folder]
+        return steps
+
+    for path in view.keep:
+        args += [*folders_on_the_way(path), "--ro-bind", path, path]
+    args += folders_on_the_way(view.workdir)
     args += ["--perms", "0777", "--size", str(view.disk_mb << 20), "--tmpfs", view.workdir]
-    for path in view.hide:  # last: the workdir may lie inside one (TMPDIR in the home folder)
+    for path in mounted:  # last: the workdir may lie inside one (TMPDIR in the home folder)
         args += ["--remount-ro", path]
     if running_as_root():
         args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
         args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-        args += ["--cap-add", "CAP_SETFCAP"]  # to map root into its own user namespace if it stays root
     else:
         args += ["--unshare-all"]
     if view.network:

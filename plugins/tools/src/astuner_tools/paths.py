@@ -6,7 +6,8 @@ tree around the working directory, else the working directory), scratch
 space that other programs share (/tmp, /var/tmp, /dev/shm) and /run, where
 the sockets of local services live (docker.sock, D-Bus, ssh-agent): a
 read-only mount does not stop a connect() to a Unix socket, an empty tmpfs
-over its folder does.
+over its folder does. /tmp and /dev/shm are fresh tmpfs in every sandbox, so
+what lies in them (a project cloned under /tmp) is hidden with them.
 
 The interpreter often lives inside one of those (a virtual environment in
 the project, pyenv or uv in the home folder), so its folders are bound back,
@@ -27,6 +28,13 @@ SYSTEM_FOLDERS = (
     *("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/sbin", "/sys", "/usr"),
 )
 SHARED_FOLDERS = ("/var/tmp", "/run", "/var/run")
+# Replaced by a fresh, empty, writable tmpfs in every sandbox.
+FRESH_FOLDERS = ("/tmp", "/dev/shm")
+
+
+def is_inside(path: str, tops: Iterable[str]) -> bool:
+    """Whether `path` lies strictly below one of `tops`."""
+    return any(path.startswith(top.rstrip("/") + "/") for top in tops)
 
 
 def home_folders() -> list[str]:
@@ -54,7 +62,7 @@ def _outermost(paths: Iterable[str]) -> list[str]:
     """Sorted, without duplicates and without any path inside another one of them."""
     result: list[str] = []
     for path in sorted(set(paths)):
-        if not any(path == top or path.startswith(top.rstrip("/") + "/") for top in result):
+        if path not in result and not is_inside(path, result):
             result.append(path)
     return result
 
@@ -67,7 +75,7 @@ def hidden_folders(extra: Iterable[str | os.PathLike[str]] = ()) -> list[str]:
         if not os.path.isabs(path) or os.path.islink(path) or not os.path.isdir(path):
             continue
         real = os.path.realpath(path)
-        if real != "/" and not _is_essential(real) and not real.startswith("/tmp/"):
+        if real != "/" and not _is_essential(real):
             found.append(real)
     return _outermost(found)
 
@@ -84,11 +92,6 @@ def interpreter_paths() -> list[str]:
 
 
 def kept_paths(hidden: Iterable[str]) -> list[str]:
-    """The interpreter's folders that lie under a hidden folder: bound back read-only."""
+    """The interpreter's folders that lie under a hidden folder or a fresh one: bound back read-only."""
     hidden = list(hidden)
-    inside = [
-        path
-        for path in interpreter_paths()
-        if any(path.startswith(top.rstrip("/") + "/") for top in [*hidden, "/tmp"])
-    ]
-    return _outermost(inside)
+    return _outermost(path for path in interpreter_paths() if is_inside(path, [*hidden, *FRESH_FOLDERS]))

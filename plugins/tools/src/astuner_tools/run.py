@@ -36,8 +36,6 @@ from astuner_tools.cgroup import CgroupScope
 from astuner_tools.limits import Limits
 from astuner_tools.paths import hidden_folders, interpreter_paths, kept_paths
 
-DROP_ROOT = True
-"""Run the code as `nobody` when called as root (tests turn it off to check the other case)."""
 NAMESPACES = True
 """Without a sandbox, still try a user and network namespace (tests turn it off to check the fallbacks)."""
 OUTER_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
@@ -60,7 +58,7 @@ class RunResult:
     timed_out: bool
     sandbox: Sandbox
     notes: tuple[str, ...] = field(default=())
-    """What the run reported: `uid N` (the code's, as it sees it), `real root`,
+    """What the run reported: `uid N` (the code's, as it sees it), `real root` (only without a sandbox),
     `network cut|open|python-only`, `nproc sandbox|host-count|unenforced|unset|unlimited`
     (how RLIMIT_NPROC counts), `pids cgroup`."""
 
@@ -140,7 +138,6 @@ def _prepared(
                 "disk_mb": view.disk_mb,
                 "limits": limits.rlimits(timeout),
                 "network": allow_network,
-                "drop_root": DROP_ROOT,
                 "namespaces": NAMESPACES,
                 "caller_uid": os.getuid(),
                 "caller_gid": os.getgid(),
@@ -205,18 +202,11 @@ def _result(run: _Run, outer_returncode: int | None, timed_out: bool, limits: Li
         returncode = -1
     if run.cgroup is not None and run.cgroup.limits_pids:
         notes = (*notes, "pids cgroup")
-    _warn_about(run.sandbox, notes)
+    _warn_about(notes)
     return RunResult(returncode, stdout, stderr, timed_out, run.sandbox, notes)
 
 
-def _warn_about(sandbox: Sandbox, notes: tuple[str, ...]) -> None:
-    if sandbox != "none" and "real root" in notes:
-        warn_once(
-            "tools-root",
-            "execute_python_code: model-written code runs as root in its sandbox (read-only, but it can "
-            "read root-only files that are not hidden), because `nobody` cannot read this Python "
-            f"interpreter; install Python where every user can read it. See {DOCS}.",
-        )
+def _warn_about(notes: tuple[str, ...]) -> None:
     if "nproc unenforced" in notes and "pids cgroup" not in notes:
         warn_once(
             "tools-nproc",
