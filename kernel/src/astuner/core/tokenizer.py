@@ -18,6 +18,7 @@ import hashlib
 import importlib.util
 import os
 import re
+import secrets
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -47,12 +48,16 @@ _END_OF_TURN_CANDIDATES = (
 )
 
 
+# While a template renders, special-token text in the strings it is given stands in as private-use
+# characters around digits (the digits survive `upper`, and `tojson(ensure_ascii=True)` escapes the
+# characters, so both spellings are read back).
 LITERAL_START, LITERAL_END = "\ue000", "\ue001"
+_STAND_IN = re.compile(r"(?:\ue000|\\ue000)(\d{16})(?:\ue001|\\ue001)")
 _LITERAL = re.compile(f"{LITERAL_START}[0-9a-f]{{16}}{LITERAL_END}")
 
 
 def literal_placeholder(content: str) -> str:
-    """A stand-in for `content` while a template renders: private-use characters around a digest."""
+    """A caller's own stand-in for a whole `content` in text it renders (see `ChatTokenizer.encode`)."""
     return f"{LITERAL_START}{hashlib.sha1(content.encode()).hexdigest()[:16]}{LITERAL_END}"
 
 
@@ -82,6 +87,17 @@ class ChatTokenizer:
         self.special_token_ids: frozenset[int] = frozenset(i for i, tok in added.items() if tok.special)
         self._special_texts = tuple(tok.content for tok in added.values() if tok.special)
         self._literal_backend: Any = None
+        # Random per tokenizer, so that nobody outside can spell a stand-in; the stand-in characters
+        # themselves are masked too, so a string that holds one renders as written.
+        specials = sorted(set(self._special_texts), key=len, reverse=True)  # longest first: no prefix wins
+        masked = [*specials, LITERAL_START, LITERAL_END]
+        digits = [f"{secrets.randbelow(10**16):016d}" for _ in masked]
+        self._stand_ins = {
+            text: f"{LITERAL_START}{d}{LITERAL_END}" for text, d in zip(masked, digits, strict=True)
+        }
+        self._unmasked = dict(zip(digits, masked, strict=True))
+        self._maskable = re.compile("|".join(re.escape(text) for text in masked))
+        self._specials = re.compile("(" + "|".join([*map(re.escape, specials), "(?!)"]) + ")")
         self.end_of_turn, self.end_of_turn_id = self._find_end_of_turn(vocab)
         self._suffixes: dict[str, str | None] = {}
         stops = {self.end_of_turn_id}
@@ -145,23 +161,51 @@ class ChatTokenizer:
     def encode(self, text: str, literals: Mapping[str, str] | None = None) -> list[int]:
         """Token ids of `text`, no special tokens added (special-token text is still parsed).
 
-        `literals` maps placeholders (see `literal_placeholder`) in `text` to
-        the message contents they stand for: those are encoded with
-        special-token text as plain text, so a tool result that says
-        `<|im_start|>` cannot open a chat turn.
+        The stand-ins `render` writes for special-token text in the strings
+        it is given are read back as that text and encoded as ordinary text,
+        with the text around them up to the template's own control tokens:
+        a tool result that says `<|im_start|>` cannot open a chat turn.
+        `literals` maps a caller's own placeholders (`literal_placeholder`)
+        to the contents they stand for, each encoded as ordinary text.
         """
-        if not literals or LITERAL_START not in text:
+        if literals and LITERAL_START in text:
+            ids: list[int] = []
+            pos = 0
+            for match in _LITERAL.finditer(text):
+                if match.group() in literals:
+                    ids += self.encode(text[pos : match.start()])
+                    ids += self.encode_literal(literals[match.group()])
+                    pos = match.end()
+            return ids + self.encode(text[pos:])
+        if not _STAND_IN.search(text):
             return self._backend.encode(text, add_special_tokens=False).ids
-        ids: list[int] = []
-        pos = 0
-        for match in _LITERAL.finditer(text):
-            content = literals.get(match.group())
-            if content is None:
-                continue
-            ids += self._backend.encode(text[pos : match.start()], add_special_tokens=False).ids
-            ids += self.encode_literal(content)
-            pos = match.end()
-        return ids + self._backend.encode(text[pos:], add_special_tokens=False).ids
+        ids = []
+        plain = ""  # text, with the template's control tokens, that the backend encodes as it is
+        for i, piece in enumerate(self._specials.split(text)):
+            if i % 2 == 0 and _STAND_IN.search(piece):
+                if plain:
+                    ids += self._backend.encode(plain, add_special_tokens=False).ids
+                    plain = ""
+                ids += self.encode_literal(_STAND_IN.sub(self._unmask, piece))
+            else:
+                plain += piece
+        if plain:
+            ids += self._backend.encode(plain, add_special_tokens=False).ids
+        return ids
+
+    def _unmask(self, match: re.Match[str]) -> str:
+        return self._unmasked.get(match.group(1), match.group(0))
+
+    def mask(self, value: Any) -> Any:
+        """`value` (messages, tools: any JSON-like value) with special-token text in every string, keys
+        included, replaced by stand-ins that `encode` reads back as ordinary text."""
+        if isinstance(value, str):
+            return self._maskable.sub(lambda m: self._stand_ins[m.group()], value)
+        if isinstance(value, Mapping):
+            return {self.mask(k): self.mask(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.mask(v) for v in value]
+        return value
 
     def encode_literal(self, text: str) -> list[int]:
         """Token ids of `text` with any special-token text in it encoded as ordinary text."""
@@ -189,8 +233,19 @@ class ChatTokenizer:
         add_generation_prompt: bool = False,
         **kwargs: Any,
     ) -> str:
-        """Render normalised messages with the chat template."""
-        return self.template.render(messages, tools, add_generation_prompt=add_generation_prompt, **kwargs)
+        """Render normalised messages with the chat template, for `encode`.
+
+        Only the template writes control tokens: special-token text in any
+        string of `messages` and `tools` (content, tool calls' names and
+        arguments, tool names and descriptions, ...) renders as a stand-in,
+        which `encode` turns back into that text, tokenised as text.
+        """
+        return self.template.render(
+            self.mask(messages),
+            self.mask(tools) if tools else None,
+            add_generation_prompt=add_generation_prompt,
+            **kwargs,
+        )
 
 
 def load_tokenizer(path: str | os.PathLike[str], chat_template: str | None = None) -> ChatTokenizer:

@@ -47,7 +47,7 @@ from typing import Any, Literal
 
 from astuner.core.chat import Message, normalize_messages
 from astuner.core.madness import MadnessMonitor
-from astuner.core.tokenizer import ChatTokenizer, literal_placeholder
+from astuner.core.tokenizer import ChatTokenizer
 from astuner.core.toolcalls import get_tool_parser
 from astuner.core.toolformat import resolve_tool_format
 from astuner.core.trajectory import LLMCall, PromptSource, TrackerStats, Trajectory
@@ -126,7 +126,6 @@ class ContextTracker:
         self._gen_suffix = tokenizer.generation_suffix(**self._template_kwargs)
         self._contexts: dict[str, _Context] = {}
         self._clipped: dict[str, str] = {}
-        self._literals: dict[str, str] = {}  # placeholder -> a message content that spells out special tokens
         self.calls: list[LLMCall] = []
         self.stats = TrackerStats()
         self.context_overflow = False
@@ -161,7 +160,7 @@ class ContextTracker:
                 ids, source = ctx.ids + delta, "cumulative"
         if ids is None:
             text = text or self.render(msgs, tool_list, True)
-            ids = self.tokenizer.encode(text, self._literals)
+            ids = self.tokenizer.encode(text)
         prep = self._prepared(agent_name, msgs, tool_list, ids, source, t0, None)
         prep.rendered = text
         if continues and source != "cumulative":
@@ -202,21 +201,15 @@ class ContextTracker:
         )
 
     def render(self, msgs: Sequence[Message], tools: list[dict[str, Any]] | None, gen: bool) -> str:
-        """The template over `msgs`; a content that spells out a special token renders as a placeholder.
+        """The template over `msgs` in the tool format, for `tokenizer.encode`.
 
-        `encode` puts such a content back as plain text (see `ChatTokenizer.encode`):
-        only the template itself writes control tokens, never a message.
+        Special-token text in any string of the messages and tools, including
+        what the tool format writes from them, renders as a stand-in that
+        `encode` reads back as plain text (see `ChatTokenizer.render`): only
+        the template itself writes control tokens.
         """
-        masked, shown_tools = self.tool_format.apply([self._masked(m) for m in msgs], tools)
-        return self.tokenizer.render(masked, shown_tools, add_generation_prompt=gen, **self._template_kwargs)
-
-    def _masked(self, msg: Message) -> Message:
-        content = msg.get("content")
-        if not isinstance(content, str) or not self.tokenizer.has_special_text(content):
-            return msg
-        placeholder = literal_placeholder(content)
-        self._literals[placeholder] = content
-        return {**msg, "content": placeholder}
+        shown, shown_tools = self.tool_format.apply(msgs, tools)
+        return self.tokenizer.render(shown, shown_tools, add_generation_prompt=gen, **self._template_kwargs)
 
     @staticmethod
     def _continues(ctx: _Context, msgs: list[Message], tools: list[dict[str, Any]] | None) -> bool:
@@ -249,7 +242,7 @@ class ContextTracker:
         cut = rest.find(eot)
         if cut < 0:
             return None
-        delta = self.tokenizer.encode(rest[cut + len(eot) :], self._literals)
+        delta = self.tokenizer.encode(rest[cut + len(eot) :])
         # A reply cut off by the length budget never wrote its end-of-turn token:
         # the template closes the turn, so the token is a prompt token here.
         return delta if ctx.closed else [self.tokenizer.end_of_turn_id, *delta]
