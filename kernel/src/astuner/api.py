@@ -39,7 +39,12 @@ from astuner.companions import (
 from astuner.components import build, build_reader, check_plugin_blocks, engine_name, plugin_settings
 from astuner.config import AstunerConfig, load_config
 from astuner.core.chat import normalize_messages
-from astuner.core.demonstrations import DemonstrationError, demonstration_trajectory, read_demonstrations
+from astuner.core.demonstrations import (
+    DemonstrationError,
+    demonstration_trajectory,
+    read_demonstrations,
+    read_json_lines,
+)
 from astuner.core.health import HealthMonitor, run_health
 from astuner.core.madness import MadnessCheck
 from astuner.core.merge import MergeReport, PrefixBreak, merge_trajectory
@@ -222,6 +227,7 @@ __all__ = [  # noqa: RUF022
     "DemonstrationError",
     "demonstration_trajectory",
     "read_demonstrations",
+    "read_json_lines",
     # experiment records, logging and caches
     "ExperimentDir",
     "HealthMonitor",

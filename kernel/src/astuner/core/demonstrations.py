@@ -14,6 +14,11 @@ rollout.
 A turn that does not read back as written (its tool calls do not parse in
 the format the model is prompted with) is an error naming the line and the
 turn: training on it would teach a format the parser cannot read.
+
+Message content is text, here as everywhere in astuner: an assistant turn
+that spells out a special token (`<|im_end|>`) is trained as those
+characters, the tokens a model writing that text would generate, never as
+the control token (which would end the turn early) nor as anything else.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from astuner.core.chat import Message, normalize_messages
 from astuner.core.tokenizer import ChatTokenizer
@@ -29,6 +34,11 @@ from astuner.core.toolcalls import decode_arguments
 from astuner.core.tracker import ContextTracker, PreparedCall, TrackerSettings
 from astuner.core.trajectory import LLMCall, Trajectory
 from astuner.errors import AstunerError
+
+ROLES = ("system", "user", "assistant", "tool")
+# Far more than a conversation that fits a model's context takes; the bound keeps one runaway line
+# (a whole dump on one line) from being read, parsed and tokenised whole: a 200 MB line took 19 GB.
+MAX_LINE_BYTES = 8 * 2**20
 
 
 class DemonstrationError(AstunerError):
@@ -69,6 +79,7 @@ def demonstration_trajectory(
     agent_name: str = "default",
 ) -> Trajectory:
     """One trajectory whose calls are the assistant turns of `messages` (see the module doc)."""
+    _check_roles(messages)
     msgs = normalize_messages(messages)
     tool_list = [dict(t) for t in tools] if tools else None
     tracker = ContextTracker(tokenizer, settings)
@@ -91,6 +102,21 @@ def demonstration_trajectory(
     return tracker.trajectory(trajectory_id, task_id=trajectory_id, group_id=trajectory_id)
 
 
+def _check_roles(messages: Sequence[Any]) -> None:
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            found = f"is {type(message).__name__}, not an object"
+        elif message.get("role") in ROLES:
+            continue
+        else:
+            found = f"has role {message['role']!r}" if "role" in message else "has no role"
+        raise DemonstrationError(
+            f"message {i} {found}. A demonstration's messages are objects whose role is one of "
+            f"{', '.join(ROLES)}, the roles chat templates render: give it one of those, "
+            "or drop the message."
+        )
+
+
 def _check_reads_back(call: LLMCall, turn: Message, index: int) -> None:
     wanted = [
         (tc["function"]["name"], decode_arguments(tc["function"]["arguments"]))
@@ -106,23 +132,69 @@ def _check_reads_back(call: LLMCall, turn: Message, index: int) -> None:
         )
 
 
-def read_demonstrations(
-    path: Path,
-) -> Iterator[tuple[int, list[dict[str, Any]], list[dict[str, Any]] | None]]:
-    """`(line number, messages, tools)` for each line of a demonstrations file; a clear error otherwise."""
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
+class JsonLine(NamedTuple):
+    """A non-blank line of a JSON-lines file: its number, its value, and the file's bytes read through it."""
+
+    line: int
+    value: Any
+    read_bytes: int
+
+
+def read_json_lines(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[JsonLine]:
+    """The non-blank lines of a JSON-lines file, read one at a time, never more than `max_line_bytes`
+    of one; a line that is longer, not UTF-8 or not JSON is an `AstunerError` naming file and line."""
+    read = 0
+    with path.open("rb") as lines:
+        for number, raw in enumerate(iter(lambda: lines.readline(max_line_bytes + 1), b""), 1):
+            read += len(raw)
+            if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+                raise AstunerError(
+                    f"{path}, line {number}: longer than {max_line_bytes:,} bytes, the most one line may "
+                    "hold. A demonstration or a recorded trajectory is one conversation that fits the "
+                    "model's context (rollout.max_model_len tokens), far less than that: split the line, "
+                    "or cut what the model never sees whole (tool outputs are clipped to "
+                    "rollout.max_env_len tokens anyway)."
+                )
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise AstunerError(
+                    f"{path}, line {number}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column "
+                    f"{exc.start + 1}). Save the file as UTF-8."
+                ) from None
+            if not text.strip():
                 continue
             try:
-                row = json.loads(line)
+                value = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise DemonstrationError(f"{path}, line {number}: not JSON ({exc.msg}).") from None
-            messages = row.get("messages") if isinstance(row, dict) else None
-            if not isinstance(messages, list) or not messages:
-                raise DemonstrationError(
-                    f"{path}, line {number}: a demonstration is an object with a non-empty 'messages' "
-                    "list (OpenAI chat messages) and optional 'tools', e.g. "
-                    '{"messages": [{"role": "user", ...}, {"role": "assistant", ...}]}.'
-                )
-            yield number, messages, row.get("tools") or None
+                raise AstunerError(f"{path}, line {number}: not JSON ({exc.msg}).") from None
+            yield JsonLine(number, value, read)
+
+
+class Demonstration(NamedTuple):
+    """One demonstration: its line, conversation and tools, and the file's bytes read through it."""
+
+    line: int
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    read_bytes: int
+
+
+def read_demonstrations(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[Demonstration]:
+    """Each demonstration of a demonstrations file, streamed (see `read_json_lines`); a line that is not
+    one is a `DemonstrationError` naming file and line."""
+    for number, row, read in read_json_lines(path, max_line_bytes):
+        messages = row.get("messages") if isinstance(row, dict) else None
+        if not isinstance(messages, list) or not messages:
+            raise DemonstrationError(
+                f"{path}, line {number}: a demonstration is an object with a non-empty 'messages' "
+                "list (OpenAI chat messages) and optional 'tools', e.g. "
+                '{"messages": [{"role": "user", ...}, {"role": "assistant", ...}]}.'
+            )
+        tools = row.get("tools") or None
+        if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+            raise DemonstrationError(
+                f"{path}, line {number}: 'tools' is a list of tool objects (OpenAI's "
+                '{"type": "function", "function": {...}}), not ' + f"{str(tools)[:80]!r}."
+            )
+        yield Demonstration(number, messages, tools, read)

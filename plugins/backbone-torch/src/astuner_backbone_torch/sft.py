@@ -21,8 +21,8 @@ result with `-o model.path=<checkpoint>`.
 
 from __future__ import annotations
 
-import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +43,7 @@ from astuner.api import (
     load_tokenizer,
     merge_trajectory,
     read_demonstrations,
+    read_json_lines,
     read_trajectories,
     runner_settings_from_config,
     scalar_reward,
@@ -67,16 +68,18 @@ from astuner_backbone_torch.settings import SftSettings, TorchSettings
 from astuner_backbone_torch.trainer import PolicyTrainer, UpdateSettings
 
 SFT_DATA = "sft_data.jsonl"
+# How often reading a demonstrations file says how far it got.
+PROGRESS_EVERY_S = 10.0
 
 
 @dataclass
 class SftData:
-    """What `--from` gave: its kind, how many trajectories it held, those kept, and their samples."""
+    """What `--from` gave: its kind, how many trajectories it held, how many were kept, their samples."""
 
     source: Path
     kind: str  # "demonstrations" or "records"
     read: int
-    trajectories: list[Trajectory]
+    kept: int
     samples: list[Sample]
 
     @property
@@ -105,26 +108,23 @@ def record_files(source: Path) -> list[Path]:
 
 def source_kind(file: Path) -> str:
     """`demonstrations` or `records`, from the keys of the file's first line."""
-    with file.open(encoding="utf-8") as lines:
-        for line in lines:
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise AstunerError(f"--from: '{file}' line 1 is not JSON ({exc.msg}).") from None
-                if isinstance(row, dict) and "messages" in row:
-                    return "demonstrations"
-                if isinstance(row, dict) and "calls" in row:
-                    return "records"
-                break
+    for _, row, _ in read_json_lines(file):
+        if isinstance(row, dict) and "messages" in row:
+            return "demonstrations"
+        if isinstance(row, dict) and "calls" in row:
+            return "records"
+        break
     raise AstunerError(
         f"--from: '{file}' is neither a demonstrations file (JSON lines with 'messages') nor run records "
         "(JSON lines with 'calls', as in a run's rollouts/step_<n>.jsonl)."
     )
 
 
-def load_sft_data(source: Path, config: AstunerConfig, tokenizer: ChatTokenizer, sft: SftSettings) -> SftData:
-    """Read `--from` into trajectories and samples; a clear error when nothing is left to train on."""
+def load_sft_data(
+    source: Path, config: AstunerConfig, tokenizer: ChatTokenizer, sft: SftSettings, record: Path
+) -> SftData:
+    """Read `--from` into samples, one trajectory at a time, writing those kept to `record` as they come;
+    a clear error when nothing is left to train on."""
     files = record_files(source)
     if not files:
         raise AstunerError(
@@ -134,33 +134,50 @@ def load_sft_data(source: Path, config: AstunerConfig, tokenizer: ChatTokenizer,
     kind = source_kind(files[0])
     if kind == "demonstrations":
         trajectories = _demonstrations(files[0], config, tokenizer)
-        read = len(trajectories)
     else:
-        recorded = [t for f in files if source_kind(f) == "records" for t in read_trajectories(f)]
-        read = len(recorded)
-        trajectories = [t for t in recorded if passed(t, sft.min_reward)]
-    samples = [s for t in trajectories for s in merge_trajectory(t)[0] if s.num_trained_tokens]
+        trajectories = (t for f in files if source_kind(f) == "records" for t in read_trajectories(f))
+    samples: list[Sample] = []
+    read = 0
+
+    def kept() -> Iterator[Trajectory]:
+        nonlocal read
+        for trajectory in trajectories:
+            read += 1
+            if kind == "demonstrations" or passed(trajectory, sft.min_reward):
+                samples.extend(s for s in merge_trajectory(trajectory)[0] if s.num_trained_tokens)
+                yield trajectory
+
+    count = append_trajectories(record, kept())
     if not samples:
         which = "counted a success" if sft.min_reward is None else f"rewarded at least {sft.min_reward:g}"
         raise AstunerError(
-            f"--from: nothing to fine-tune on in '{source}': {read} trajectories read, {len(trajectories)} "
+            f"--from: nothing to fine-tune on in '{source}': {read} trajectories read, {count} "
             f"{which if kind == 'records' else 'usable'}, with no trainable tokens among them. "
             + ("Lower torch.sft.min_reward, or record more rollouts." if kind == "records" else "")
         )
-    return SftData(source, kind, read, trajectories, samples)
+    return SftData(source, kind, read, count, samples)
 
 
-def _demonstrations(file: Path, config: AstunerConfig, tokenizer: ChatTokenizer) -> list[Trajectory]:
+def _demonstrations(file: Path, config: AstunerConfig, tokenizer: ChatTokenizer) -> Iterator[Trajectory]:
     settings = runner_settings_from_config(config).tracker
-    out = []
-    for number, messages, tools in read_demonstrations(file):
+    log = get_logger(backbone="torch", command="sft")
+    size = file.stat().st_size
+    log.info(f"sft: reading demonstrations from {file} ({size / 2**20:.1f} MB)")
+    said = time.monotonic()
+    for count, (number, messages, tools, read) in enumerate(read_demonstrations(file), 1):
         try:
-            out.append(
-                demonstration_trajectory(tokenizer, settings, messages, tools, trajectory_id=f"demo-{number}")
+            trajectory = demonstration_trajectory(
+                tokenizer, settings, messages, tools, trajectory_id=f"demo-{number}"
             )
         except DemonstrationError as exc:
             raise AstunerError(f"--from: '{file}', line {number}: {exc}") from None
-    return out
+        yield trajectory
+        if time.monotonic() - said >= PROGRESS_EVERY_S:
+            said = time.monotonic()
+            log.info(
+                f"sft: {count} demonstrations read, {100 * read / max(size, 1):.0f}% of {file.name} "
+                f"(line {number})"
+            )
 
 
 def update_settings(config: AstunerConfig, settings: TorchSettings) -> UpdateSettings:
@@ -185,14 +202,13 @@ def run_sft(config: AstunerConfig, settings: TorchSettings, source: Path, experi
     log = get_logger(backbone="torch", command="sft")
     sft = settings.sft
     tokenizer = load_tokenizer(resolve_model_dir(config.model.path))
-    data = load_sft_data(source, config, tokenizer, sft)
-    append_trajectories(experiment.rollouts / SFT_DATA, data.trajectories)
+    data = load_sft_data(source, config, tokenizer, sft, experiment.rollouts / SFT_DATA)
     stream: TaskStream[Sample] = TaskStream(data.samples, sft.batch_size, config.trainer_common.seed)
     total = sft.epochs * stream.batches_per_epoch
     save_freq = sft.save_freq or stream.batches_per_epoch
     log.info(
         f"sft: {len(data.samples)} samples, {data.trained_tokens} trained tokens from {data.source} "
-        f"({data.kind}: {len(data.trajectories)} of {data.read} trajectories); {sft.epochs} epochs x "
+        f"({data.kind}: {data.kept} of {data.read} trajectories); {sft.epochs} epochs x "
         f"{stream.batches_per_epoch} steps of {stream.batch_size} samples, lr {sft.lr:g}"
     )
     checkpoint = resume_from(config)
