@@ -32,6 +32,9 @@ async code) would stall the timeout and Ctrl-C with it. The loop watchdog
 (`astuner.rollout.watchdog`) interrupts it where it blocks once its
 rollout is past `rollout_timeout`; under the `astuner` command, `run()`
 also keeps SIGINT/SIGTERM working meanwhile (a second one exits at once).
+A workflow that ignores its timeout, catching the cancellation or the
+watchdog's interrupt and going on, is abandoned (`astuner.rollout.deadline`):
+recorded as timed out, and never waited for.
 """
 
 from __future__ import annotations
@@ -57,11 +60,12 @@ from astuner.logs import get_logger
 from astuner.protocols import Judge, JudgesWholeRollouts, ServesAdapters, WorkflowExecutor
 from astuner.rollout.agents import AgentPlan, agent_plan
 from astuner.rollout.agentscope_model import model_tuner_class
+from astuner.rollout.deadline import RolloutTimeout, run_within_deadline
 from astuner.rollout.engine import SamplingParams
 from astuner.rollout.gateway import Gateway
 from astuner.rollout.model_tuner import ModelTuner
 from astuner.rollout.progress import RolloutProgress
-from astuner.rollout.watchdog import LoopBlocked, watch_rollout, watch_run
+from astuner.rollout.watchdog import LoopBlocked, watch_run
 
 if TYPE_CHECKING:
     from astuner.rollout.auxiliary import AuxiliaryModel
@@ -215,22 +219,11 @@ class RolloutRunner:
         output = None
         try:
             try:
-                with watch_rollout(rollout_id, self.settings.rollout_timeout):
-                    output = await asyncio.wait_for(
-                        self._episode(workflow_task, tuner), self.settings.rollout_timeout
-                    )
-                if time.perf_counter() - started > self.settings.rollout_timeout:
-                    # wait_for returns normally when the workflow catches its cancellation and goes on
-                    error = (
-                        f"Timeout: the rollout ran longer than {self.settings.rollout_timeout:g} s "
-                        "(rollout.rollout_timeout); the workflow caught the cancellation and went on "
-                        "(an agent that swallows asyncio.CancelledError), so its result is not used."
-                    )
-            except asyncio.TimeoutError:
-                error = (
-                    f"Timeout: the rollout ran longer than {self.settings.rollout_timeout:g} s "
-                    "(rollout.rollout_timeout) and was cancelled."
+                output = await run_within_deadline(
+                    self._episode(workflow_task, tuner), rollout_id, self.settings.rollout_timeout
                 )
+            except RolloutTimeout as exc:
+                error = str(exc)
             except LoopBlocked as exc:
                 error = f"{exc}\nWhere it blocked:\n{traceback.format_exc()}"
             except Exception:

@@ -27,8 +27,11 @@ _STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM") if
 Handler = Callable[[int, FrameType | None], Any] | int | None
 
 
-class LoopBlocked(Exception):
-    """Raised inside a call that kept the event loop blocked past its rollout's timeout, or at a stop."""
+class LoopBlocked(BaseException):
+    """Raised inside a call that kept the event loop blocked past its rollout's timeout, or at a stop.
+
+    A BaseException, as asyncio.CancelledError is: a workflow's `except Exception` must not swallow it.
+    """
 
 
 class StopSignals:

@@ -16,6 +16,19 @@ socket reads and lock waits return EINTR; pure-Python loops are stopped
 between bytecodes), and the handler raises `LoopBlocked` (an `Exception`)
 right there: the workflow's own `finally` blocks run, the runner records the
 rollout as an error saying what went wrong, and the other rollouts go on.
+`LoopBlocked` is a `BaseException`, as `asyncio.CancelledError` is, so a
+retry loop's `except Exception: continue` does not swallow it.
+
+A workflow that catches even that (`except BaseException`) and blocks again
+gets a second interrupt a second later, and with it is abandoned: the
+handler arms a trace function (`sys.settrace`) on the interrupted frames,
+which raises `LoopBlocked` again at the first line the workflow runs after
+catching it, the `except` body included, and then unsets itself (as Python
+unsets a trace function that raises). A workflow that catches it once more
+one frame further out and blocks there again is peeled the same way, a
+second at a time; one that goes back to awaiting is abandoned by
+`astuner.rollout.deadline`. The tracer a caller had (coverage, say) is put
+back when the rollout ends.
 
 It fires only when it must:
 
@@ -79,7 +92,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
 from types import FrameType
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from astuner.logs import warn_once
 from astuner.rollout import stop_signals
@@ -93,6 +106,8 @@ _TICK_S = 0.1
 _INTERRUPT = getattr(signal, "SIGUSR1", None)
 
 _owns_stop_signals = False
+# Never interrupted: this module, the stop signals, and the driver of a rollout's task.
+_MACHINERY = frozenset({__name__, stop_signals.__name__, "astuner.rollout.deadline"})
 
 
 def blocked_message(blocked_s: float, timeout_s: float) -> str:
@@ -104,14 +119,43 @@ def blocked_message(blocked_s: float, timeout_s: float) -> str:
     )
 
 
+ABANDONED_MESSAGE = (
+    "Timeout: the workflow ran past rollout.rollout_timeout ({timeout:g} s) and caught the interrupt "
+    "that stops it (an `except BaseException` or a bare `except:` around a blocking call) to block the "
+    "event loop again, so it was abandoned: its result is not used and the step did not wait for it. "
+    "Catch Exception, not BaseException, around calls that may have to be stopped, and use "
+    "`await asyncio.sleep(...)` and async clients instead of blocking calls."
+)
+
+
 @dataclass(eq=False)
-class _Rollout:
+class WatchedRollout:
+    """One rollout's deadline, and whether it ignored being stopped and was given up on."""
+
     rollout_id: str
     timeout: float
     deadline: float
+    interrupts: int = 0
+    abandoned: bool = False
+    traced: bool = False  # the ejecting tracer was armed: the caller's tracer comes back at the end
+    previous_trace: Any = None
+
+    @classmethod
+    def starting_now(cls, rollout_id: str, timeout: float) -> WatchedRollout:
+        return cls(rollout_id, timeout, time.monotonic() + timeout)
+
+    def enter(self) -> None:
+        """Mark the current context (the rollout's own task, started from it) as this rollout's."""
+        _CURRENT.set(self)
+
+    def restore_trace(self) -> None:
+        """Put back the tracer the ejection replaced (Python unset it, or ours is still armed)."""
+        if self.traced and sys.gettrace() in (None, _eject_on_next_line):
+            sys.settrace(self.previous_trace)
+        self.traced = False
 
 
-_CURRENT: ContextVar[_Rollout | None] = ContextVar("astuner_watched_rollout", default=None)
+_CURRENT: ContextVar[WatchedRollout | None] = ContextVar("astuner_watched_rollout", default=None)
 
 
 def own_stop_signals() -> None:
@@ -126,10 +170,13 @@ def watch_run() -> AbstractContextManager[None]:
     return nullcontext() if watchdog is None else watchdog.session(stop_signals=_owns_stop_signals)
 
 
-def watch_rollout(rollout_id: str, timeout: float) -> AbstractContextManager[None]:
-    """Around one rollout's workflow: interrupted where it blocks the loop past `timeout` seconds."""
+def watch_rollout(rollout_id: str, timeout: float) -> AbstractContextManager[WatchedRollout]:
+    """Around one rollout: interrupted where it blocks the loop past `timeout` seconds, once the task
+    that runs its workflow has called `enter()` on the rollout this gives."""
     watchdog = LoopWatchdog.for_running_loop()
-    return nullcontext() if watchdog is None else watchdog.rollout(rollout_id, timeout)
+    if watchdog is None:
+        return nullcontext(WatchedRollout.starting_now(rollout_id, timeout))
+    return watchdog.rollout(rollout_id, timeout)
 
 
 class LoopWatchdog:
@@ -155,7 +202,7 @@ class LoopWatchdog:
         self._main = threading.main_thread().ident or 0
         self._lock = threading.Lock()
         self._users = 0
-        self._rollouts: set[_Rollout] = set()
+        self._rollouts: set[WatchedRollout] = set()
         self._beat = time.monotonic()
         self._beat_handle: asyncio.TimerHandle | None = None
         self._thread: threading.Thread | None = None
@@ -184,19 +231,18 @@ class LoopWatchdog:
             self._release()
 
     @contextmanager
-    def rollout(self, rollout_id: str, timeout: float) -> Iterator[None]:
+    def rollout(self, rollout_id: str, timeout: float) -> Iterator[WatchedRollout]:
         """Arms the watchdog for one rollout, whose deadline is `timeout` seconds from now."""
         with self.session():
-            record = _Rollout(rollout_id, timeout, time.monotonic() + timeout)
-            token = _CURRENT.set(record)
+            record = WatchedRollout.starting_now(rollout_id, timeout)
             with self._lock:
                 self._rollouts.add(record)
             try:
-                yield
+                yield record
             finally:
                 with self._lock:
                     self._rollouts.discard(record)
-                _CURRENT.reset(token)
+                record.restore_trace()
 
     def _acquire(self) -> None:
         self._users += 1
@@ -293,13 +339,39 @@ class LoopWatchdog:
             self._hold = (beat, rollout.deadline)
             return
         self._hold = (beat, now + BLOCKED_S)  # should it swallow this one, the next comes in a second
-        raise LoopBlocked(blocked_message(blocked, rollout.timeout))
+        rollout.interrupts += 1
+        if rollout.interrupts == 1:
+            raise LoopBlocked(blocked_message(blocked, rollout.timeout))
+        # It caught the first one and blocked again: give up on it, and make the catching useless.
+        rollout.abandoned = True
+        _arm_ejection(rollout, frame)
+        raise LoopBlocked(ABANDONED_MESSAGE.format(timeout=rollout.timeout))
+
+
+def _arm_ejection(rollout: WatchedRollout, frame: FrameType | None) -> None:
+    """Trace the interrupted frames, so the first line an abandoned rollout runs raises again."""
+    if not rollout.traced:
+        rollout.previous_trace, rollout.traced = sys.gettrace(), True
+    sys.settrace(_eject_on_next_line)
+    while frame is not None and not _machinery(frame):
+        frame.f_trace = _eject_on_next_line
+        frame = frame.f_back
+
+
+def _eject_on_next_line(frame: FrameType, event: str, arg: Any) -> Any:
+    """The trace function of an abandoned rollout: its next line raises; other code is not traced."""
+    rollout = _CURRENT.get()
+    if rollout is None or not rollout.abandoned or _machinery(frame):
+        return None
+    if event in ("line", "call"):
+        raise LoopBlocked(ABANDONED_MESSAGE.format(timeout=rollout.timeout))
+    return _eject_on_next_line  # the 'exception' event comes before the frame's own handler
 
 
 def _machinery(frame: FrameType | None) -> bool:
     """Whether the interrupted code is asyncio's or the watchdog's own: never raise there."""
     name = frame.f_globals.get("__name__", "") if frame is not None else ""
-    return name in (__name__, stop_signals.__name__) or name == "asyncio" or name.startswith("asyncio.")
+    return name in _MACHINERY or name == "asyncio" or name.startswith("asyncio.")
 
 
 def _debugging() -> bool:
