@@ -39,6 +39,7 @@ from astuner.config_sections import (
     TaskReaderConfig,
     TrainerCommonConfig,
 )
+from astuner.config_yaml import load_yaml
 from astuner.errors import ConfigError
 
 IGNORED_BLOCKS = ("hydra", "defaults")
@@ -235,7 +236,7 @@ def _read_config_file(path: Path) -> tuple[dict[str, Any], list[str]]:
             f"{column}. Save it as UTF-8."
         ) from exc
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text, f"Config file '{path}'")
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -303,7 +304,7 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
         if key.startswith("astuner."):
             key = key[len("astuner.") :]
         try:
-            value = yaml.safe_load(raw_value) if raw_value.strip() else ""
+            value = load_yaml(raw_value, f"The override '{pair}'") if raw_value.strip() else ""
         except yaml.YAMLError:
             value = raw_value
         node = out
