@@ -14,6 +14,7 @@ do next.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
@@ -65,7 +66,7 @@ class PreparedRun:
             finally:
                 close_log_file()
             commands = self.plugins.command_names()
-            print("\n".join(closing_lines(summary, self.config, commands)), flush=True)
+            _say("\n".join(closing_lines(summary, self.config, commands)))
 
 
 def prepare_run(config: AstunerConfig, plugins: Plugins, *, verbose: bool = False) -> PreparedRun:
@@ -92,6 +93,21 @@ def prepare_run(config: AstunerConfig, plugins: Plugins, *, verbose: bool = Fals
         except AstunerError as exc:
             get_logger().warning(str(exc))
     return PreparedRun(config, plugins, backbone, experiment)
+
+
+def _say(text: str) -> None:
+    """Print `text` even where it holds a name that is not UTF-8 (a config file `caf\\xe9.yaml`).
+
+    Python keeps such bytes as lone surrogates, which a strict stdout (any
+    UTF-8 locale but C.UTF-8) refuses: the run's end would then raise after
+    the run itself had finished. What the stream cannot take is shown escaped
+    (`\\udce9`) instead.
+    """
+    try:
+        print(text, flush=True)
+    except UnicodeEncodeError:
+        encoding = sys.stdout.encoding or "utf-8"
+        print(text.encode(encoding, "backslashreplace").decode(encoding), flush=True)
 
 
 def closing_lines(summary: RunSummary, config: AstunerConfig, commands: Collection[str]) -> list[str]:

@@ -37,6 +37,7 @@ from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Res
 
 from astuner.api import run_health
 from astuner_logview.access import AccessGuard
+from astuner_logview.runs import printable
 from astuner_logview.store import Filters, NotFound, RecordStore
 
 STATIC = Path(__file__).parent / "static"
@@ -53,10 +54,28 @@ _SECURITY_HEADERS = {
 
 
 class _JSON(JSONResponse):
-    """Compact UTF-8 JSON; NaN and infinities (JSON has no spelling for them) become null."""
+    """Compact UTF-8 JSON; NaN and infinities (JSON has no spelling for them) become null.
+
+    Text that is not valid Unicode (a run named after a config file whose
+    name is not UTF-8, a record holding a lone surrogate) is sent in its
+    `printable` form rather than failing the whole answer.
+    """
 
     def render(self, content: Any) -> bytes:
-        return pydantic_core.to_json(content, inf_nan_mode="null")
+        try:
+            return pydantic_core.to_json(content, inf_nan_mode="null")
+        except pydantic_core.PydanticSerializationError:
+            return pydantic_core.to_json(_printable(content), inf_nan_mode="null")
+
+
+def _printable(content: Any) -> Any:
+    if isinstance(content, str):
+        return printable(content)
+    if isinstance(content, dict):
+        return {_printable(key): _printable(value) for key, value in content.items()}
+    if isinstance(content, (list, tuple)):
+        return [_printable(value) for value in content]
+    return content
 
 
 def _flag(value: str | None, name: str) -> bool | None:

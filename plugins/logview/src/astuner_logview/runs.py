@@ -19,6 +19,10 @@ the records (`latest -> ~`) cannot serve the user's home, and an answer never
 tells whether something outside exists. Links inside PATH (`latest ->
 20260101-120000`) keep working. The functions taking a `root` confine to
 it; without one they confine to the run folder itself.
+
+Names need not be UTF-8 (a run named after a config file `caf\xe9.yaml`):
+each is shown and requested in its `printable` form, with such bytes
+spelled `\xe9`, so that JSON can carry it and a request can name it back.
 """
 
 from __future__ import annotations
@@ -36,6 +40,19 @@ from astuner.api import STATUS_FILE, RunStatus, read_metrics, read_status
 _MAX_DEPTH = 3
 _STEP_FILE = re.compile(r"step_(\d+)\.jsonl$")
 _STAMP = re.compile(r"^(\d{8}-\d{6})")
+
+
+def printable(text: str) -> str:
+    """`text` as valid Unicode, bytes that are not UTF-8 written `\\xe9` (other lone surrogates `\\ud800`).
+
+    Python keeps such bytes of a file name as lone surrogates, which no
+    UTF-8 encoder (so no JSON answer) accepts.
+    """
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate that stands for no byte (JSON's "\\ud800")
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
 
 
 def within(root: Path, path: Path) -> Path | None:
@@ -178,7 +195,7 @@ def run_info(root: Path, run: Path) -> RunInfo:
     steps = {s for s in (step_of(f) for f in files) if s is not None}
     steps.update(int(row["step"]) for row in metrics if isinstance(row.get("step"), int))
     model = config.get("model") if isinstance(config.get("model"), dict) else {}
-    relative = run.relative_to(root).as_posix()
+    relative = printable(run.relative_to(root).as_posix())
     return RunInfo(
         id=relative,
         experiment=str(config.get("experiment_name") or (run.parent.name if relative != "." else run.name)),

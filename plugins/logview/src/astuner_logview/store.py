@@ -27,6 +27,7 @@ from astuner_logview.index import RolloutIndex, Summary
 from astuner_logview.runs import (
     find_runs,
     inside,
+    printable,
     read_config,
     rollout_files,
     run_info,
@@ -81,7 +82,7 @@ class Filters:
 def step_label(file: Path) -> str:
     """How a rollout file is named in the step filter: its step number, else its stem (`debug`)."""
     step = step_of(file)
-    return str(step) if step is not None else file.stem
+    return str(step) if step is not None else printable(file.stem)
 
 
 class RecordStore:
@@ -96,7 +97,7 @@ class RecordStore:
 
     def runs(self) -> dict[str, Path]:
         """Run id (path relative to the root) -> folder, searched afresh."""
-        return {path.relative_to(self.root).as_posix(): path for path in find_runs(self.root)}
+        return {printable(path.relative_to(self.root).as_posix()): path for path in find_runs(self.root)}
 
     def run(self, run_id: str) -> Path:
         path = self.runs().get(run_id)
@@ -138,7 +139,7 @@ class RecordStore:
 
     def rollout_file(self, run_id: str, name: str) -> Path:
         for file in rollout_files(self.run(run_id), self.root):
-            if file.name == name:
+            if printable(file.name) == name:
                 return file
         raise NotFound(f"no rollout file {name!r} in run {run_id!r}")
 
@@ -168,7 +169,7 @@ class RecordStore:
                 if not filters.match(s):
                     continue
                 if offset <= total < offset + limit:
-                    items.append({"file": file.name, "step": step_label(file), **s.as_dict()})
+                    items.append({"file": printable(file.name), "step": step_label(file), **s.as_dict()})
                 total += 1
         return {
             "total": total,
