@@ -113,6 +113,61 @@ BAD_REQUESTS: list[tuple[str, dict[str, Any], str | None]] = [
         {"tools": [{"type": "function", "function": {"name": "a", "parameters": "x"}}]},
         "tools[0].function.parameters",
     ),
+    ("tool_choice-required-without-tools", {"tool_choice": "required"}, "tool_choice"),
+    ("tool_choice-required-empty-tools", {"tool_choice": "required", "tools": []}, "tool_choice"),
+    (
+        "tool_choice-named-without-tools",
+        {"tool_choice": {"type": "function", "function": {"name": "add"}}},
+        "tool_choice",
+    ),
+    (
+        "tool-message-without-tool_call_id",
+        {"messages": [USER, {"role": "tool", "content": "5"}]},
+        "messages[1].tool_call_id",
+    ),
+]
+
+DEEP = 50_000
+# (case id, raw request body, the `param` the 400 must name): bodies no JSON library writes from Python
+# objects, sent as bytes: lone surrogates, and nesting deeper than any parser's recursion
+RAW_BAD_REQUESTS: list[tuple[str, bytes, str]] = [
+    (
+        "lone-surrogate-escaped",
+        b'{"model": "m", "messages": [{"role": "user", "content": "a\\ud800b"}]}',
+        "messages[0].content",
+    ),
+    (
+        "lone-surrogate-utf8-bytes",
+        b'{"model": "m", "messages": [{"role": "user", "content": "a\xed\xa0\x80b"}]}',
+        "messages[0].content",
+    ),
+    (
+        "lone-surrogate-in-a-content-part",
+        b'{"messages": [{"role": "user", "content": [{"type": "text", "text": "\\udfff"}]}]}',
+        "messages[0].content[0].text",
+    ),
+    (
+        "lone-surrogate-in-a-tool-description",
+        b'{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", '
+        b'"function": {"name": "add", "description": "\\ud83d"}}]}',
+        "tools[0].function.description",
+    ),
+    (
+        "deep-array-in-an-unknown-field",
+        b'{"messages": [{"role": "user", "content": "hi"}], "metadata": ' + b"[" * DEEP + b"]" * DEEP + b"}",
+        "metadata",
+    ),
+    (
+        "deep-array-as-content",
+        b'{"messages": [{"role": "user", "content": ' + b"[" * DEEP + b"]" * DEEP + b"}]}",
+        "messages[0].content",
+    ),
+    (
+        "deep-objects-in-tool-parameters",
+        b'{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": '
+        b'{"name": "add", "parameters": ' + b'{"a": ' * 500 + b"1" + b"}" * 500 + b"}}]}",
+        "tools[0].function.parameters",
+    ),
 ]
 
 
@@ -182,6 +237,38 @@ def test_bad_request_is_400_naming_the_field(
     error = assert_openai_error(reply, 400, param, "invalid_request_error")
     assert f"'{param}'" in error["message"], error
     assert engine.calls == 0 and tuner.calls == []
+
+
+@pytest.mark.parametrize(
+    ("content", "param"), [c[1:] for c in RAW_BAD_REQUESTS], ids=[c[0] for c in RAW_BAD_REQUESTS]
+)
+def test_body_no_model_could_read_is_400_naming_the_field(
+    qwen25: ChatTokenizer, content: bytes, param: str, logs: list[dict[str, Any]]
+) -> None:
+    async def talk(http: httpx.AsyncClient, tuner: ModelTuner) -> httpx.Response:
+        return await http.post(
+            "/chat/completions", content=content, headers={"content-type": "application/json"}
+        )
+
+    reply, tuner, engine = serve(qwen25, talk)
+    error = assert_openai_error(reply, 400, param, "invalid_request_error")
+    assert f"'{param}'" in error["message"] and "Traceback" not in error["message"], error
+    assert len(error["message"]) < 400, error  # one readable sentence, not the body echoed back
+    assert engine.calls == 0 and tuner.calls == []
+    assert [e for e in logs if e["log_level"] == "error"] == []
+
+
+def test_long_conversations_and_nested_schemas_pass_the_depth_check(qwen25: ChatTokenizer) -> None:
+    """Many brackets, brackets inside strings, a schema nested 40 levels: all well within the limit."""
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(40):
+        schema = {"type": "object", "properties": {"x": schema}}
+    tool = {"type": "function", "function": {"name": "add", "parameters": schema}}
+    turns = [{"role": "user", "content": "[{" * 200}, {"role": "assistant", "content": "ok"}] * 30
+    body = {**BASE, "messages": [*turns, *BASE["messages"]], "tools": [tool], "tool_choice": "required"}
+    reply, tuner, engine = serve(qwen25, post(body))
+    assert reply.status_code == 200, reply.text
+    assert engine.calls == 1 and len(tuner.calls) == 1
 
 
 def test_n_above_one_says_only_one_is_supported(qwen25: ChatTokenizer) -> None:

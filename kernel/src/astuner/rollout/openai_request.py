@@ -13,6 +13,7 @@ OpenAI-compatible servers do with what they lack.
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -29,6 +30,20 @@ from pydantic_core import PydanticCustomError
 
 # The request fields that override the rollout's sampling for one call (max tokens aside).
 _SAMPLING_KEYS = ("temperature", "top_p", "top_k", "seed")
+
+MAX_DEPTH = 128
+"""How many levels of arrays and objects a request may nest, the body itself the first.
+
+A chat request needs a handful, a tool's parameter schema two per level
+of its properties; a body nested deeper than Python's recursion limit
+would break the JSON parser, and one nested a few hundred levels whatever
+walks it next (validation, the chat template): a 500, not an answer.
+"""
+
+# How many steps of a too deeply nested value's path name its field, by the top-level key
+_FIELD_DEPTH = {"messages": 3, "tools": 4}
+# A JSON string (escapes skipped whole) or a structural character: enough to follow the nesting
+_JSON_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},:]')
 
 
 def _json_type(value: Any) -> str:
@@ -117,12 +132,20 @@ _Content = _by_json_type(
 
 
 class _Message(_Strict):
-    # Role and tool calls come first: the content check reads them.
+    # Role and tool calls come first: the content and tool call id checks read them.
     role: Literal["system", "developer", "user", "assistant", "tool"]
     tool_calls: list[_ToolCall] | None = None
     content: _Content = Field(default=None, validate_default=True)
     name: str | None = None
-    tool_call_id: str | None = None
+    tool_call_id: str | None = Field(default=None, validate_default=True)
+
+    @field_validator("tool_call_id")
+    @classmethod
+    def _tool_result_names_its_call(cls, tool_call_id: str | None, info: ValidationInfo) -> str | None:
+        # Without it the result cannot be told apart from another call's, as OpenAI's API requires it.
+        if tool_call_id is None and info.data.get("role") == "tool":
+            raise PydanticCustomError("missing", "a tool message needs the id of the call it answers")
+        return tool_call_id
 
     @field_validator("content")
     @classmethod
@@ -168,6 +191,18 @@ class ChatCompletionRequest(_Strict):
     stop: _Stop | None = None
     stream: bool | None = None
     stream_options: _StreamOptions | None = None
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _choice_needs_tools(cls, tool_choice: Any, info: ValidationInfo) -> Any:
+        if tool_choice not in (None, "none", "auto") and not info.data.get("tools"):
+            raise PydanticCustomError(
+                "tools_required",
+                "'tool_choice' {shown} is only allowed when 'tools' are specified: send the tools the "
+                "model must choose from, or leave 'tool_choice' out",
+                {"shown": "'required'" if tool_choice == "required" else "naming a tool"},
+            )
+        return tool_choice
 
     @field_validator("n")
     @classmethod
@@ -236,16 +271,86 @@ def _bad_request(exc: ValidationError) -> BadRequest:
 
 def parse_request(raw: bytes) -> tuple[dict[str, Any], ChatCompletionRequest]:
     """The request body as sent and as checked; `BadRequest` if it is not a valid request."""
+    # Counted first (fast): only a body with that many brackets can nest too deep to parse.
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
+        _check_depth(raw)
     try:
         body = json.loads(raw)
     except ValueError as exc:
         raise BadRequest(f"The request body is not valid JSON: {exc}.") from None
     if not isinstance(body, dict):
         raise BadRequest(f"The request body must be a JSON object, not {_json_type(body)}.")
+    _check_text(body)
     try:
         return body, ChatCompletionRequest.model_validate(body)
     except ValidationError as exc:
         raise _bad_request(exc) from None
+
+
+def _check_depth(raw: bytes) -> None:
+    """`BadRequest` naming the field where `raw` nests deeper than `MAX_DEPTH`, read without parsing it."""
+    # One frame per open array or object: its kind, and the key or index being read in it
+    frames: list[list[Any]] = []
+    key_next = False
+    for match in _JSON_TOKEN.finditer(raw):
+        token = match.group()
+        if token in (b"{", b"["):
+            if len(frames) == MAX_DEPTH:
+                loc = tuple(position for _, position in frames)
+                # the field as OpenAI would name it: `messages[0].content`, `tools[0].function.parameters`
+                field = loc[: _FIELD_DEPTH.get(loc[0], 1)]
+                raise BadRequest(
+                    f"Invalid value for '{_param(field)}': it nests arrays and objects more than "
+                    f"{MAX_DEPTH} levels deep (at {_param(loc[:6])}...); a chat request needs far fewer.",
+                    _param(field),
+                )
+            frames.append([token, 0])
+            key_next = token == b"{"
+        elif token in (b"}", b"]"):
+            del frames[-1:]
+            key_next = False
+        elif token == b",":
+            if frames and frames[-1][0] == b"[":
+                frames[-1][1] += 1
+            key_next = bool(frames) and frames[-1][0] == b"{"
+        elif token == b":":
+            key_next = False
+        elif key_next and frames:
+            frames[-1][1] = token[1:-1].decode("utf-8", "replace")
+
+
+def _check_text(body: dict[str, Any]) -> None:
+    """`BadRequest` naming the first string of `body` (keys included) that is not Unicode text.
+
+    JSON's `\\ud800` escape (or those bytes in UTF-8) gives a lone surrogate,
+    which no tokenizer, and no UTF-8 encoder, takes.
+    """
+    stack: list[tuple[tuple[int | str, ...], Any]] = [((), body)]
+    while stack:
+        loc, value = stack.pop()
+        if isinstance(value, dict):
+            for key in value:
+                _check_string(key, loc)
+            stack += reversed([((*loc, key), item) for key, item in value.items()])
+        elif isinstance(value, list):
+            stack += reversed([((*loc, i), item) for i, item in enumerate(value)])
+        elif isinstance(value, str):
+            _check_string(value, loc)
+
+
+def _check_string(text: str, loc: tuple[int | str, ...]) -> None:
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        param = _param(loc)
+        raise BadRequest(
+            f"Invalid value for '{param}': it is not valid Unicode text: a lone surrogate "
+            f"(\\u{ord(text[exc.start]):04x}) at character {exc.start}. Send text as UTF-8, with any "
+            "surrogate escapes in pairs.",
+            param,
+        ) from None
 
 
 def request_sampling(checked: ChatCompletionRequest, max_tokens_cap: int) -> dict[str, Any]:
