@@ -49,7 +49,7 @@ def check_plugin_blocks(config: AstunerConfig, plugins: Plugins) -> None:
             if name in registry:
                 continue
             key = f"{section}.{name}" if section else name
-            origin = describe_origin(key.split("."), config.source, {}, {})
+            origin = _origin(config, key)
             section_model = _section_model(config, section)
             valid = list(getattr(section_model, "model_fields", {})) + list(registry)
             near = difflib.get_close_matches(name, valid, n=1, cutoff=0.5)
@@ -76,9 +76,7 @@ def plugin_settings(config: AstunerConfig, reg: Registration) -> BaseModel | Non
                 return reg.settings.model_validate(raw)
             except ValidationError as exc:
                 prefix = f"{section}.{reg.name}" if section else reg.name
-                raise ConfigError(
-                    explain_validation_error(exc, reg.settings, config.source, {}, {}, prefix=prefix)
-                ) from exc
+                raise ConfigError(_explain(config, exc, reg.settings, prefix)) from exc
     return reg.settings()
 
 
@@ -239,14 +237,14 @@ def _auxiliary_engine(
             near = difflib.get_close_matches(block, list(installed), n=1, cutoff=0.5)
             hint = f" Did you mean '{section}.engines.{near[0]}'?" if near else ""
             raise ConfigError(
-                f"Unknown key '{key}' in {describe_origin(key.split('.'), config.source, {}, {})}: it is "
+                f"Unknown key '{key}' in {_origin(config, key)}: it is "
                 f"not the settings block of an installed engine (installed: "
                 f"{', '.join(sorted(installed)) or 'none'}).{hint}"
             )
     if spec.tool_parser not in tool_parsers():
         key = f"{section}.tool_parser"
         raise ConfigError(
-            f"Invalid value for '{key}' in {describe_origin(key.split('.'), config.source, {}, {})}: no "
+            f"Invalid value for '{key}' in {_origin(config, key)}: no "
             f"tool-call parser '{spec.tool_parser}'. Choose one of: {', '.join(tool_parsers())}."
         )
     if reg.settings is None:
@@ -255,6 +253,17 @@ def _auxiliary_engine(
         return reg, reg.settings.model_validate(spec.engines.get(reg.name) or {})
     except ValidationError as exc:
         prefix = f"{section}.engines.{reg.name}"
-        raise ConfigError(
-            explain_validation_error(exc, reg.settings, config.source, {}, {}, prefix=prefix)
-        ) from exc
+        raise ConfigError(_explain(config, exc, reg.settings, prefix)) from exc
+
+
+def _origin(config: AstunerConfig, key: str) -> str:
+    """Where `key`'s value came from: a `-o` or ASTUNER__ value is never blamed on the file."""
+    if config.origins is not None:
+        return config.origins.describe(key.split("."))
+    return describe_origin(key.split("."), config.source, {}, {})
+
+
+def _explain(config: AstunerConfig, exc: ValidationError, model: type[BaseModel], prefix: str) -> str:
+    if config.origins is not None:
+        return config.origins.explain(exc, model, prefix)
+    return explain_validation_error(exc, model, config.source, {}, {}, prefix=prefix)

@@ -15,6 +15,7 @@ kept by `astuner.config_origins`.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ from astuner.config_sections import (
     TaskReaderConfig,
     TrainerCommonConfig,
 )
-from astuner.config_yaml import load_yaml
+from astuner.config_yaml import MAX_DEPTH, load_yaml
 from astuner.errors import ConfigError
 
 IGNORED_BLOCKS = ("hydra", "defaults")
@@ -275,8 +276,9 @@ def _read_config_file(path: Path) -> tuple[dict[str, Any], list[str]]:
 def _env_values(environ: dict[str, str]) -> dict[str, Any]:
     """ASTUNER__A__B=v variables as a nested mapping; an unknown top-level name is an error."""
     fields = set(AstunerConfig.model_fields)
-    for name in environ:
+    for name, value in environ.items():
         if name.upper().startswith(ENV_PREFIX):
+            _check_env_shape(name, value)
             top = name[len(ENV_PREFIX) :].split("__", 1)[0].lower()
             if top not in fields:
                 raise ConfigError(
@@ -288,6 +290,50 @@ def _env_values(environ: dict[str, str]) -> dict[str, Any]:
     )
     source.env_vars = {k.lower(): v for k, v in environ.items()}
     return source()
+
+
+def _check_env_shape(name: str, value: str) -> None:
+    """Refuse an ASTUNER__ variable whose key or JSON value would overflow the recursive merging."""
+    parts = name[len(ENV_PREFIX) :].split("__")
+    if len(parts) > MAX_DEPTH:
+        raise ConfigError(
+            f"Environment variable {_shorten(name)} names a key {len(parts)} levels deep; config keys "
+            f"have a few levels (ASTUNER__ROLLOUT__TEMPERATURE), at most {MAX_DEPTH}. Unset it."
+        )
+    if not all(parts):
+        raise ConfigError(
+            f"Environment variable {_shorten(name)} names an empty key ('__' twice in a row, or at its "
+            "end). Name each level once, as in ASTUNER__ROLLOUT__TEMPERATURE."
+        )
+    if value.lstrip()[:1] not in ("[", "{"):
+        return
+    try:
+        depth = _depth(json.loads(value))
+    except RecursionError:
+        depth = MAX_DEPTH + 1
+    except ValueError:
+        return  # not JSON: the settings source keeps it as text
+    if len(parts) + depth > MAX_DEPTH:
+        raise ConfigError(
+            f"Environment variable {_shorten(name)} holds JSON nested more than {MAX_DEPTH} levels "
+            "deep. A config needs a few levels: flatten the value."
+        )
+
+
+def _depth(value: Any) -> int:
+    """Levels of nested lists and mappings in `value`, counted without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def _shorten(text: str) -> str:
+    """`text` cut to a readable length for an error message (a hostile key can be megabytes)."""
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text):,} characters)"
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
@@ -303,8 +349,13 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
             )
         if key.startswith("astuner."):
             key = key[len("astuner.") :]
+        if key.count(".") >= MAX_DEPTH:
+            raise ConfigError(
+                f"The override '{_shorten(pair)}' names a key {key.count('.') + 1} levels deep; config "
+                f"keys have a few levels (-o rollout.temperature=0.7), at most {MAX_DEPTH}."
+            )
         try:
-            value = load_yaml(raw_value, f"The override '{pair}'") if raw_value.strip() else ""
+            value = load_yaml(raw_value, f"The override '{_shorten(pair)}'") if raw_value.strip() else ""
         except yaml.YAMLError:
             value = raw_value
         node = out

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from pydantic import BaseModel, ValidationError
 
 from astuner import compat
-from astuner.config_errors import yaml_line
+from astuner.config_errors import describe_origin, explain_validation_error, yaml_line
 
 ENV_PREFIX = "ASTUNER__"
 PASSTHROUGH_BLOCKS = ("verl", "trinity")
@@ -68,6 +69,21 @@ class ConfigOrigins:
             alias = f", alias of {old.rsplit(': ', 1)[-1]}" if old else ""
             return self._where(layer, found) + alias + note
         return "default" + note
+
+    def describe(self, loc: list[str]) -> str:
+        """Where the value at `loc` came from, in the words of an error message (-o, env, file line)."""
+        return describe_origin(loc, self.source, *self._sources())
+
+    def explain(self, exc: ValidationError, model: type[BaseModel], prefix: str) -> str:
+        """`explain_validation_error` for a block validated after loading, e.g. a plugin's settings."""
+        env, override, arguments = self._sources()
+        return explain_validation_error(exc, model, self.source, env, override, prefix, arguments)
+
+    def _sources(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """The environment, command-line (with --backbone) and tune() arguments layers."""
+        data = {layer.kind: layer.data for layer in self.layers}
+        command_line = {**data.get("override", {}), **data.get("backbone", {})}
+        return data.get("env", {}), command_line, data.get("arguments", {})
 
     def _where(self, layer: Layer, dotted: str) -> str:
         if layer.kind == "file":
