@@ -1,5 +1,6 @@
 """Tagged breakpoints: `bp("TAG")` stops in pdb only for tags `--db` enabled; others cost nothing."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,44 @@ def test_asking_whether_this_is_a_ray_worker_starts_no_ray_cluster() -> None:
     assert not ray.is_initialized()
     assert _in_ray_worker() is False
     assert not ray.is_initialized()
+
+
+SWALLOWS_THE_STOP = """
+from astuner import WorkflowOutput, bp
+
+async def stops(task, model):
+    try:
+        bp("ON")
+        where = "at tag ON"
+    except BaseException:  # swallows the stop: the next bp() raises it again, without stopping
+        pass
+    bp("ON")
+    return WorkflowOutput(response="after the tags", metadata={"final_answer": "after the tags"})
+"""
+
+
+@pytest.mark.parametrize("workflow", [WORKFLOW, SWALLOWS_THE_STOP], ids=["plain", "swallows-the-stop"])
+def test_q_at_a_breakpoint_stops_the_run_as_the_prompt_says(
+    app, write_config, workdir: Path, debugging_env, workflow: str
+) -> None:
+    (workdir / "stops_workflow.py").write_text(workflow)
+    conf = write_config(
+        {
+            "task_reader": {"type": "arith"},
+            "rollout": {"agentscope_workflow": "stops_workflow->stops", "engine": "scripted"},
+            "debug": {"debug_first_n_tasks": 3, "num_repeat": 1, "debug_max_parallel": 1},
+        },
+        name="bpq.yaml",
+    )
+    # 'q' at the first stop; were the run to go on, the next rollouts would stop too and read EOF.
+    result = CliRunner().invoke(
+        app, ["run", "--conf", str(conf), "--backbone", "debug", "--db", "ON"], input="q\n"
+    )
+    assert result.stdout.count("(Pdb)") == 1, result.output
+    assert result.exit_code == 130, result.output  # as Ctrl-C ends a run
+    assert "stopping the run" in result.stderr
+    (run,) = (workdir / "launcher_record" / "bpq").iterdir()
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "killed", status
+    assert "stopped by the user" in status["reason"] and "'ON'" in status["reason"], status
+    assert not list(run.glob("rollouts/debug.jsonl"))  # the run stopped: no rollouts were written as if done

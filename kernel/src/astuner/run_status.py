@@ -102,7 +102,8 @@ def outcome(exc: BaseException | None) -> tuple[State, str]:
     if exc is None:
         return "finished", ""
     if isinstance(exc, KeyboardInterrupt):
-        return "killed", "interrupted (Ctrl-C)"
+        # A stop that says why (pdb's 'q' at a breakpoint) keeps its words; a bare Ctrl-C has none.
+        return "killed", str(exc).strip() or "interrupted (Ctrl-C)"
     if isinstance(exc, SystemExit):
         return "killed", f"stopped (exit {exc.code})" if exc.code else "stopped"
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
