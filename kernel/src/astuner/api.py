@@ -84,7 +84,15 @@ from astuner.protocols import (
     WorkflowExecutor,
 )
 from astuner.ray_cluster import ray_head_for_run, require_gpus
-from astuner.record import ExperimentDir, append_lines, append_trajectories, read_metrics, read_trajectories
+from astuner.record import (
+    ExperimentDir,
+    append_lines,
+    append_rows,
+    append_trajectories,
+    read_metrics,
+    read_trajectories,
+    strict_json,
+)
 from astuner.rollout.agents import AgentPlan, agent_plan, refuse_agent_adapters
 from astuner.rollout.agentscope_model import model_tuner_class
 from astuner.rollout.auxiliary import auxiliary_rollout_id
@@ -233,7 +241,9 @@ __all__ = [  # noqa: RUF022
     "HealthMonitor",
     "run_health",
     "append_lines",
+    "append_rows",
     "append_trajectories",
+    "strict_json",
     "build_once",
     "cache_dir",
     "configure_logging",

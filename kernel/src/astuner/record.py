@@ -8,7 +8,8 @@ readers of those records.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -19,6 +20,7 @@ import yaml
 from astuner.config import AstunerConfig
 from astuner.core.trajectory import Trajectory
 from astuner.errors import AstunerError
+from astuner.logs import warn_once
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,41 @@ def append_lines(path: Path, lines: Iterable[str]) -> int:
             "the file holds only whole lines. Free space (or fix the permissions) and resume the run."
         ) from exc
     return count
+
+
+def append_rows(path: Path, rows: Iterable[Mapping[str, Any]]) -> int:
+    """Append each row as one line of strict JSON (`strict_json`), each whole or not at all."""
+    return append_lines(path, (strict_json(row, path) for row in rows))
+
+
+def strict_json(data: Any, where: Path, indent: int | None = None) -> str:
+    """`data` as JSON that every reader takes, for the file `where`: NaN and infinities become null.
+
+    JSON has no spelling for them; `json.dumps` would write `NaN` and
+    `Infinity`, which strict readers (JavaScript's JSON.parse, jq) refuse.
+    A judge's reward near the float limit makes a mean overflow, so each
+    value replaced is warned of, once per file and key, by its key.
+    """
+    replaced: dict[str, float] = {}
+    text = json.dumps(_finite(data, "", replaced), indent=indent, allow_nan=False)
+    for key, value in replaced.items():
+        warn_once(
+            f"non-finite {where} {key}",
+            f"'{key}' is {value}, not a finite number (a reward near the float limit overflows a mean or "
+            f"a spread); {where} keeps null for it, as JSON has no spelling for NaN or infinity.",
+        )
+    return text
+
+
+def _finite(value: Any, key: str, replaced: dict[str, float]) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        replaced[key or "value"] = value
+        return None
+    if isinstance(value, Mapping):
+        return {k: _finite(v, f"{key}.{k}" if key else str(k), replaced) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v, key, replaced) for v in value]
+    return value
 
 
 def append_trajectories(path: Path, trajectories: Iterable[Trajectory]) -> int:

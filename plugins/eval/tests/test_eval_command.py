@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -55,6 +56,10 @@ async def even_length(task, response):
 async def exact(task, response):
     right = (response or "").strip() == task["answer"]
     return JudgeOutput(reward=1.0 if right else 0.0, is_success=right)
+
+
+async def huge(task, response):
+    return JudgeOutput(reward=1.7e308, is_success=True)  # finite, but a mean of two overflows
 """
 
 
@@ -167,6 +172,36 @@ def test_one_sample_is_greedy_and_the_folder_has_what_the_log_viewer_lists(
     assert read_metrics(run / "metrics.jsonl")[-1]["eval/reward_mean"] == 0.0
     assert [f.name for f in (run / "rollouts").iterdir()] == ["eval.jsonl"]
     assert read_status(run).state == "finished"
+
+
+def test_a_reward_near_the_float_limit_leaves_strict_json_and_one_warning_per_metric(
+    scripted: SimpleNamespace, workdir: Path
+) -> None:
+    conf = write_project(workdir, str(scripted.tokenizer_dir), judge="huge", rollout={"engine": "scripted"})
+    report = run_eval(load_config(conf), scripted.plugins, EvalOptions(max_tasks=3))
+    assert math.isinf(report.metrics["eval/reward_mean"]) and math.isinf(report.metrics["eval/reward_std"])
+    run = report.experiment.path
+
+    def strict(text: str) -> dict:
+        def refuse(literal: str) -> None:
+            raise AssertionError(f"{literal} is not JSON")
+
+        return json.loads(text, parse_constant=refuse)
+
+    (row,) = [strict(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert (row["eval/reward_mean"], row["eval/reward_std"], row["eval/success_rate"]) == (None, None, 1.0)
+    summary = strict((run / "eval_summary.json").read_text())
+    assert (summary["metrics"]["eval/reward_mean"], summary["metrics"]["eval/reward_std"]) == (None, None)
+    logged = [json.loads(line) for line in (run / "astuner.log").read_text().splitlines()]
+    warned = [entry["event"] for entry in logged if entry["level"] == "warning"]
+    assert [w.split(" is ")[0] for w in warned] == [
+        "'eval/reward_mean'",
+        "'eval/reward_std'",
+        "'metrics.eval/reward_mean'",
+        "'metrics.eval/reward_std'",
+    ], warned
+    assert f"{run / 'metrics.jsonl'} keeps null for it" in warned[0]
+    assert warned[1].startswith("'eval/reward_std' is inf, not a finite number")
 
 
 def test_bad_options_fail_before_a_folder_is_made(scripted: SimpleNamespace, workdir: Path) -> None:

@@ -6,11 +6,10 @@ The scoring functions live in the kernel (`astuner.core.metrics`, shared with
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from astuner.api import append_lines, pass_at_k, rollout_metrics, scalar_reward, succeeded
+from astuner.api import append_rows, pass_at_k, rollout_metrics, scalar_reward, succeeded
 
 __all__ = ["MetricsLog", "pass_at_k", "rollout_metrics", "scalar_reward", "succeeded"]
 
@@ -28,7 +27,7 @@ class MetricsLog:
 
     def write(self, step: int, metrics: dict[str, float]) -> None:
         record = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
-        append_lines(self.path, [json.dumps(record)])
+        append_rows(self.path, [record])  # a NaN or infinite value is written null, and warned of
         if self.writer is not None:
             for name, value in metrics.items():
                 self.writer.add_scalar(name, float(value), step)

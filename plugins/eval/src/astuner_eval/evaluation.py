@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from astuner.api import (
     Task,
     TaskReader,
     Trajectory,
-    append_lines,
+    append_rows,
     append_trajectories,
     build_reader,
     close_log_file,
@@ -47,6 +46,7 @@ from astuner.api import (
     rollout_metrics,
     rollout_stack,
     sampling_from_config,
+    strict_json,
     tracking,
 )
 from astuner_eval.checkpoints import LATEST, latest_checkpoint, model_for_checkpoint, step_of
@@ -162,7 +162,7 @@ def _evaluate(
     append_trajectories(experiment.rollouts / ROLLOUT_FILE, trajectories)
     metrics = eval_metrics(trajectories, options.n_samples)
     step = checkpoint_step(options.checkpoint)
-    append_lines(experiment.metrics_file, [json.dumps({"step": step, **metrics})])
+    append_rows(experiment.metrics_file, [{"step": step, **metrics}])
     summary = {
         "config": str(config.source) if config.source else None,
         "model": config.model.path,
@@ -175,7 +175,8 @@ def _evaluate(
         "metrics": metrics,
         "rollouts": str(experiment.rollouts / ROLLOUT_FILE),
     }
-    (experiment.path / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    summary_file = experiment.path / SUMMARY_FILE
+    summary_file.write_text(strict_json(summary, summary_file, indent=2) + "\n", encoding="utf-8")
     log.info("eval finished", experiment=str(experiment.path), **metrics)
     return EvalReport(metrics, trajectories, experiment, summary)
 
