@@ -35,7 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from astuner.core.targets import untrainable_step_error
 from astuner.core.trajectory import Sample, Trajectory
+from astuner.errors import ConfigError
 
 Estimator = Callable[[np.ndarray, np.ndarray, float], tuple[np.ndarray, np.ndarray]]
 
@@ -258,8 +260,13 @@ def compute_advantages(
     score each agent's calls on their own, grouped per agent: agent `a`'s
     baseline comes from agent `a`'s rewards in the other runs of the task.
     Trajectories that raised or have no reward are not trained. Raises
-    ValueError when a reward list does not have one entry per step.
+    ValueError when a reward list does not have one entry per step, and
+    ConfigError when no sample is left because no trainable target called
+    (`astuner.core.targets`).
     """
+    untrainable = untrainable_step_error(trajectories, samples)
+    if untrainable is not None:
+        raise ConfigError(untrainable)
     fn = get_advantage_estimator(estimator)
     scored = [t for t in trajectories if t.error is None and t.reward is not None]
     units = [unit for t in scored for unit in _units(t, gamma)]

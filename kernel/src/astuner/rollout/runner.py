@@ -52,11 +52,12 @@ from typing import TYPE_CHECKING, Any
 
 from astuner.config import AstunerConfig
 from astuner.core.madness import MadnessCheck, MadnessMonitor, apply_madness_reward
+from astuner.core.targets import TARGETS_KEY, idle_targets_warning
 from astuner.core.task import JudgeOutput, Task, WorkflowOutput, WorkflowTask
 from astuner.core.tokenizer import ChatTokenizer
 from astuner.core.tracker import ContextTracker, TrackerSettings
 from astuner.core.trajectory import Trajectory
-from astuner.logs import get_logger
+from astuner.logs import get_logger, warn_once
 from astuner.protocols import Judge, JudgesWholeRollouts, ServesAdapters, WorkflowExecutor
 from astuner.rollout.agents import AgentPlan, agent_plan
 from astuner.rollout.agentscope_model import model_tuner_class
@@ -139,7 +140,17 @@ class RolloutRunner:
         ]
         async with self._executor_session():
             with tracker, watch_run():
-                return list(await asyncio.gather(*jobs))
+                trajectories = list(await asyncio.gather(*jobs))
+        idle = idle_targets_warning(trajectories, self.trainable_targets, self._targets_key())
+        if idle is not None:
+            warn_once(f"idle trainable targets: {idle.split(',', 1)[0]}", idle)
+        return trajectories
+
+    def _targets_key(self) -> str:
+        """Where the trainable targets come from, as a user would set them."""
+        if isinstance(self.config, AstunerConfig) and self.config.rollout.trainable_targets:
+            return "rollout.trainable_targets"
+        return "the workflow's trainable_targets"
 
     @asynccontextmanager
     async def _executor_session(self) -> AsyncIterator[None]:
@@ -235,6 +246,8 @@ class RolloutRunner:
             workflow_s = time.perf_counter() - started
             trajectory = tuner.trajectory(task_id=task.task_id, group_id=group_id)
             trajectory.metadata["task"] = task.model_dump(mode="json")
+            if self.trainable_targets:
+                trajectory.metadata[TARGETS_KEY] = self.trainable_targets
             if tuner.step_rewards:
                 trajectory.metadata["step_rewards"] = list(tuner.step_rewards)
                 trajectory.metadata["env_steps"] = [dict(step) for step in tuner.env_steps]
