@@ -1,4 +1,12 @@
+import tracemalloc
+
+import pytest
+
+from astuner.components import build_reader
+from astuner.config import load_config
 from astuner.default_plugins.arith_reader import ArithReader, ArithReaderSettings
+from astuner.errors import ConfigError
+from astuner.testing.cli import run_astuner
 
 
 def _evaluate(expression: str) -> int:
@@ -65,3 +73,46 @@ def test_product_validation_never_repeats_a_train_problem() -> None:
     assert len(validation) == 64 == len(set(validation))
     assert not train & set(validation)
     assert validation == [t.main_query for t in reader.read("validation")]
+
+
+def test_an_impossible_size_is_a_config_error_naming_the_key(plugins) -> None:
+    for key, size, limit in (("train_size", 1_000_000_000, "100,000"), ("validation_size", 20_000, "10,000")):
+        config = load_config(None, [f"task_reader.arith.{key}={size}"], environ={})
+        with pytest.raises(ConfigError) as err:
+            build_reader(config, plugins)
+        message = str(err.value)
+        origin = f"the command line (-o task_reader.arith.{key}=...)"
+        assert message.startswith(f"Invalid value for 'task_reader.arith.{key}' in {origin}")
+        assert f"at most {limit} tasks" in message and f"(got {size})" in message
+
+
+def test_data_preview_of_a_billion_train_tasks_fails_at_once_in_one_paragraph(write_config) -> None:
+    path = write_config({"task_reader": {"type": "arith", "arith": {"train_size": 1_000_000_000}}})
+    result = run_astuner(
+        "data", "preview", "--conf", str(path), "--split", "validation", cwd=path.parent, timeout=60
+    )
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert f"'task_reader.arith.train_size' in config file '{path}' (line 5)" in result.stderr
+    assert "raise trainer_common.total_epochs instead" in result.stderr
+
+
+def test_the_train_split_streams_without_remembering_its_problems() -> None:
+    reader = ArithReader(ArithReaderSettings(difficulty="hard", train_size=10_000))
+    tracemalloc.start()
+    try:
+        count = sum(1 for _ in reader.read("train"))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert count == 10_000
+    assert peak < 500_000  # 10,000 remembered stories alone take about 2 MB
+
+
+def test_the_largest_sizes_still_make_both_splits() -> None:
+    # easy is the smallest problem set: its largest train split still leaves room for validation
+    settings = ArithReaderSettings(difficulty="easy", train_size=100_000, validation_size=10_000)
+    reader = ArithReader(settings)
+    validation = [t.main_query for t in reader.read("validation")]
+    assert len(validation) == len(set(validation)) == 10_000
+    assert not set(validation) & {t.main_query for t in reader.read("train")}

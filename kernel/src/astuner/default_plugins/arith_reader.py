@@ -16,7 +16,7 @@ import random
 from collections.abc import Iterator
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from astuner.core.task import Task
 from astuner.hookspecs import Register, hookimpl
@@ -33,6 +33,23 @@ LEVELS: dict[str, tuple[int, int, int, str]] = {
 # difficulty `product`: "What is A times B?" with A in 100..999 and B in 10..99
 PRODUCT_A, PRODUCT_B = (100, 999), (10, 99)
 
+# The largest sizes a split can have, and why, as the error says it. The validation split
+# draws the whole train split first, to avoid every train problem.
+MAX_TRAIN_SIZE, MAX_VALIDATION_SIZE = 100_000, 10_000
+SIZE_LIMITS = {
+    "train_size": (
+        MAX_TRAIN_SIZE,
+        "easy and product hold about 80,000 different problems, so a larger split only repeats them, "
+        "and the validation split reads the whole train split first. For a longer run, raise "
+        "trainer_common.total_epochs instead",
+    ),
+    "validation_size": (
+        MAX_VALIDATION_SIZE,
+        "validation problems all differ from each other and from every train problem, and easy and "
+        "product hold about 80,000 problems in all",
+    ),
+}
+
 NAMES = ["Mia", "Leo", "Ava", "Sam", "Noah", "Zoe", "Omar", "Lena", "Ivan", "Yuki", "Ana", "Ben"]
 ITEMS = ["apples", "marbles", "stickers", "books", "shells", "coins", "pencils", "cards"]
 
@@ -48,8 +65,18 @@ class ArithReaderSettings(BaseModel):
         description="easy: one + or -; medium: 1-2 of + - *; hard: 2-3 of + - * /; "
         "product: 'What is A times B?', a 3-digit by a 2-digit number (a tool-use task).",
     )
-    train_size: int = Field(1000, ge=1, description="Number of train tasks.")
-    validation_size: int = Field(100, ge=1, description="Number of validation tasks.")
+    train_size: int = Field(1000, ge=1, description=f"Number of train tasks (at most {MAX_TRAIN_SIZE:,}).")
+    validation_size: int = Field(
+        100, ge=1, description=f"Number of validation tasks (at most {MAX_VALIDATION_SIZE:,})."
+    )
+
+    @field_validator("train_size", "validation_size")
+    @classmethod
+    def _bounded(cls, value: int, info: ValidationInfo) -> int:
+        limit, why = SIZE_LIMITS[str(info.field_name)]
+        if value > limit:
+            raise ValueError(f"at most {limit:,} tasks: {why}")
+        return value
 
 
 def make_problem(rng: random.Random, difficulty: Difficulty) -> tuple[str, int, str]:
@@ -113,9 +140,10 @@ class ArithReader:
         while produced < size and attempts < size * 50:
             attempts += 1
             story, answer, expression = make_problem(rng, self.settings.difficulty)
-            if story in exclude or (split != "train" and story in seen):
+            if story in exclude or story in seen:
                 continue
-            seen.add(story)
+            if split != "train":  # train problems may repeat: remembering them would grow with the split
+                seen.add(story)
             yield Task(
                 task_id=f"arith-{split}-{produced:05d}",
                 main_query=story,
