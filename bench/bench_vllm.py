@@ -139,7 +139,10 @@ ALL_CORES = {
 
 
 def start_vllm(model_dir: str, dtype: str, log: Path, env: dict[str, str]) -> tuple[VllmEngine, float]:
-    config = load_config(None, ["rollout.max_model_len=2048"], environ={})
+    # the reply budget must leave room for prompts in the context; the generations set their own
+    config = load_config(
+        None, ["rollout.max_model_len=2048", "rollout.max_response_length_in_one_turn=512"], environ={}
+    )
     began = time.perf_counter()
     settings = VllmEngineSettings(dtype=dtype, log_file=str(log))
     engine = VllmEngine(settings, config, model_dir=model_dir, server_env={**KV_CACHE, **env})

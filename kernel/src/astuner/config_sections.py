@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 
 class Section(BaseModel):
@@ -138,10 +139,29 @@ class RolloutConfig(Section):
     agent_madness_termination: bool = True
     agent_madness_reward: float = Field(-1.0, allow_inf_nan=False)
     max_response_length_in_one_turn: int = Field(4096, ge=1)
-    max_model_len: int = Field(18000, ge=1)
+    max_model_len: int = Field(18000, ge=1, validate_default=True)
     multi_turn: MultiTurnConfig = Field(default_factory=MultiTurnConfig)
     val_kwargs: ValKwargs = Field(default_factory=ValKwargs)
     tensor_model_parallel_size: int = Field(1, ge=1)
+
+    @field_validator("max_model_len")
+    @classmethod
+    def _room_for_a_prompt(cls, max_model_len: int, info: ValidationInfo) -> int:
+        # A call is sent only if its prompt plus the whole reply budget fits (the context tracker's
+        # rule), so no clamp could make such a context work: every call would end context_overflow.
+        budget = info.data.get("max_response_length_in_one_turn")
+        if budget is not None and budget >= max_model_len:
+            raise PydanticCustomError(
+                "no_room_for_prompt",
+                "it leaves no room for a prompt: every model call reserves "
+                "rollout.max_response_length_in_one_turn ({budget}) of these tokens for its reply, so "
+                "each would stop with context_overflow before generating anything. Set "
+                "rollout.max_model_len to that budget plus room for the longest prompt, or lower "
+                "rollout.max_response_length_in_one_turn well below {max_model_len} (in tune(): "
+                "TunerModelConfig's max_model_len and max_tokens)",
+                {"budget": budget, "max_model_len": max_model_len},
+            )
+        return max_model_len
 
 
 class TaskReaderConfig(PluginSection):

@@ -17,7 +17,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from astuner.core.tokenizer import ChatTokenizer
-from astuner.core.tracker import ContextTracker
+from astuner.core.tracker import ContextTracker, TrackerSettings
 from astuner.logs import get_logger
 from astuner.rollout import gateway as gateway_module
 from astuner.rollout.engine import SamplingParams
@@ -179,13 +179,15 @@ def logs() -> Iterator[list[dict[str, Any]]]:
         yield events
 
 
-def _tuner(tokenizer: ChatTokenizer, respond: Callable[[str], str]) -> tuple[ModelTuner, ScriptedEngine]:
+def _tuner(
+    tokenizer: ChatTokenizer, respond: Callable[[str], str], settings: TrackerSettings | None
+) -> tuple[ModelTuner, ScriptedEngine]:
     engine = ScriptedEngine(tokenizer, respond)
     tuner = ModelTuner(
         rollout_id=ROLLOUT,
         engine=engine,
         sampling=SamplingParams(max_tokens=64),
-        tracker=ContextTracker(tokenizer),
+        tracker=ContextTracker(tokenizer, settings),
     )
     return tuner, engine
 
@@ -194,9 +196,10 @@ def serve(
     tokenizer: ChatTokenizer,
     talk: Callable[[httpx.AsyncClient, ModelTuner], Awaitable[Any]],
     respond: Callable[[str], str] = lambda prompt: "The answer is 5.",
+    settings: TrackerSettings | None = None,
 ) -> tuple[Any, ModelTuner, ScriptedEngine]:
-    """Run `talk(http, tuner)` against a live gateway with one registered rollout."""
-    tuner, engine = _tuner(tokenizer, respond)
+    """Run `talk(http, tuner)` against a live gateway with one rollout, its tracker's `settings`."""
+    tuner, engine = _tuner(tokenizer, respond, settings)
 
     async def main() -> Any:
         async with Gateway() as gateway:
@@ -369,6 +372,25 @@ def test_valid_minimal_and_streamed_requests(qwen25: ChatTokenizer) -> None:
     assert streamed.status_code == 200 and streamed.text.endswith("data: [DONE]\n\n")
     assert '"usage"' in streamed.text
     assert engine.calls == 2 and len(tuner.calls) == 2
+
+
+def test_a_prompt_that_overflows_the_context_ends_in_length_as_recorded(qwen25: ChatTokenizer) -> None:
+    """OpenAI's finish_reason for running out of context is `length`; the record says why exactly."""
+
+    async def talk(http: httpx.AsyncClient, tuner: ModelTuner) -> tuple[httpx.Response, httpx.Response]:
+        whole = await http.post("/chat/completions", json=BASE)
+        streamed = await http.post("/chat/completions", json={**BASE, "stream": True})
+        return whole, streamed
+
+    # the prompt is about 35 tokens: with a 32-token reply budget it does not fit in 48
+    settings = TrackerSettings(max_model_len=48, max_response_length_in_one_turn=32)
+    (whole, streamed), tuner, engine = serve(qwen25, talk, settings=settings)
+    assert whole.status_code == 200 and streamed.status_code == 200, (whole.text, streamed.text)
+    choice = whole.json()["choices"][0]
+    assert (choice["finish_reason"], choice["message"]["content"], choice["token_ids"]) == ("length", "", [])
+    assert '"finish_reason": "length"' in streamed.text and '"finish_reason": "stop"' not in streamed.text
+    assert engine.calls == 0
+    assert [call.finish_reason for call in tuner.calls] == ["context_overflow", "context_overflow"]
 
 
 def test_openai_sdk_raises_bad_request_error(qwen25: ChatTokenizer) -> None:

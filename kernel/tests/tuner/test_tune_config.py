@@ -85,13 +85,13 @@ def test_yaml_keeps_what_the_call_does_not_state(dataset_dir: Path, tmp_path: Pa
     monkeypatch.setenv("ASTUNER__ROLLOUT__TOP_P", "0.5")
     config = tune_config(
         workflow_func=answer,
-        model=TunerModelConfig(model_path="other-model", max_model_len=100),
+        model=TunerModelConfig(model_path="other-model", max_model_len=16384),
         algorithm=AlgorithmConfig(group_size=6),
         config_path=path,
         overrides=["data.train_batch_size=9"],
     )
     assert config.rollout.num_repeat == 6  # given explicitly: beats the file
-    assert config.model.path == "other-model" and config.rollout.max_model_len == 100
+    assert config.model.path == "other-model" and config.rollout.max_model_len == 16384
     assert config.rollout.temperature == 0.7  # TunerModelConfig's default 1.0 does not clobber the file
     assert config.trainer_common.optim.lr == 3e-5  # nor does AlgorithmConfig's 1e-6
     assert config.rollout.top_p == 0.5  # the environment beats the file
@@ -102,7 +102,7 @@ def test_yaml_keeps_what_the_call_does_not_state(dataset_dir: Path, tmp_path: Pa
 
     explicit = tune_config(
         workflow_func=answer,
-        model=TunerModelConfig(model_path="m", max_model_len=100, temperature=0.2, top_p=1.0),
+        model=TunerModelConfig(model_path="m", max_model_len=16384, temperature=0.2, top_p=1.0),
         backbone="torch",
         experiment_name="mine",
         config_path=path,
@@ -115,7 +115,7 @@ def test_without_a_file_the_objects_defaults_apply(dataset_dir: Path) -> None:
     config = tune_config(
         workflow_func=answer,
         train_dataset=DatasetConfig(path=str(dataset_dir)),
-        model=TunerModelConfig(model_path="m", max_model_len=100),
+        model=TunerModelConfig(model_path="m", max_model_len=16384),
         algorithm=AlgorithmConfig(),
     )
     assert (config.rollout.num_repeat, config.data.train_batch_size) == (8, 32)

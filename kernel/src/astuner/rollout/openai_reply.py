@@ -27,7 +27,9 @@ def openai_tool_calls(call: LLMCall) -> list[dict[str, Any]]:
 def _finish_reason(call: LLMCall, tool_calls: list[dict[str, Any]]) -> str:
     if tool_calls:
         return "tool_calls"
-    return "length" if call.finish_reason == "length" else "stop"
+    # OpenAI says `length` for a reply cut by the token limit or the context; a prompt with no room
+    # left for the reply budget (`context_overflow`, nothing generated) is the second kind.
+    return "length" if call.finish_reason in ("length", "context_overflow") else "stop"
 
 
 def completion(call: LLMCall, model: str, completion_id: str) -> dict[str, Any]:

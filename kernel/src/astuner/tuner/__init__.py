@@ -6,7 +6,7 @@ result = tune(
     workflow_func=my_workflow,
     judge_func=my_judge,
     train_dataset=DatasetConfig(path="data/gsm8k", split="train", total_steps=2),
-    model=TunerModelConfig(model_path="builtin:smollm2-135m-instruct", max_model_len=4096),
+    model=TunerModelConfig(model_path="builtin:smollm2-135m-instruct", max_model_len=4096, max_tokens=512),
     algorithm=AlgorithmConfig(group_size=4, batch_size=4),
 )
 print(result.checkpoint)
