@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from astuner_tools import Limits, backends
 from astuner_tools.backends import View, bwrap_command, unshare_command
-from astuner_tools.paths import hidden_folders, interpreter_paths, kept_paths, project_folder
+from astuner_tools.paths import hidden_folders, interpreter_paths, is_inside, kept_paths, project_folder
 from sandbox_parts import REPO
 
 
@@ -23,10 +23,16 @@ def test_the_models_timeout_is_cut_to_the_ceiling() -> None:
     assert Limits(memory_mb=0).rlimits(1)["as_bytes"] is None
 
 
+def hidden_with_its_folder(path: Path) -> bool:
+    """Whether `path` is hidden: listed, or inside a listed folder (a clone in the home folder)."""
+    hidden = hidden_folders()
+    return str(path.resolve()) in hidden or is_inside(str(path.resolve()), hidden)
+
+
 def test_the_project_is_the_git_work_tree(monkeypatch: pytest.MonkeyPatch) -> None:
     assert project_folder(str(REPO / "kernel" / "src")) == str(REPO.resolve())
     monkeypatch.chdir(REPO / "kernel")
-    assert str(REPO.resolve()) in hidden_folders()
+    assert hidden_with_its_folder(REPO)
 
 
 def test_a_project_under_tmp_is_hidden_too(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
