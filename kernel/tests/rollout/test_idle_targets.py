@@ -4,20 +4,26 @@ that names it and the agents that did call, and a training step that would train
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
 from astuner import Task, Workflow, WorkflowOutput
-from astuner.config import AstunerConfig
+from astuner.config import AstunerConfig, load_config
 from astuner.core.advantages import compute_advantages
 from astuner.core.merge import merge_trajectory
 from astuner.core.task import JudgeOutput
+from astuner.core.tokenizer import ChatTokenizer
 from astuner.core.trajectory import Trajectory
 from astuner.errors import ConfigError
+from astuner.plugins import Plugins
+from astuner.rollout import episode
 from astuner.rollout.engine import SamplingParams
+from astuner.rollout.episode import EpisodeSource
 from astuner.rollout.runner import RolloutRunner
 from astuner.rollout.workflow import adapt_workflow
 from astuner.testing.engines import ScriptedEngine
+from astuner.testing.tokenizers import qwen25_tokenizer
 
 SAMPLING = SamplingParams(temperature=1.0, max_tokens=16)
 
@@ -82,3 +88,40 @@ def test_targets_that_all_call_say_nothing(qwen25, capfd) -> None:
     trajectories = run_village(qwen25, ["wolf", "seer"])
     assert "trainable_targets" not in capfd.readouterr().err
     assert training_step(trajectories, ["wolf", "seer"]) > 0
+
+
+ANSWER = """
+from astuner import WorkflowOutput
+
+async def answer(task, model):
+    call = await model.for_agent("solver").chat([{"role": "user", "content": task["main_query"]}])
+    return WorkflowOutput(response=call.content, metadata={"final_answer": call.content})
+"""
+
+
+def test_a_verl_or_trinity_worker_warns_once_its_first_episodes_are_done(
+    plugins: Plugins, write_config, workdir: Path, capfd
+) -> None:
+    tokenizer_dir = workdir / "tokenizer"
+    qwen25_tokenizer().save_pretrained(tokenizer_dir)
+    (workdir / "answer_flow.py").write_text(ANSWER)
+    block = {
+        "model": {"path": str(tokenizer_dir)},
+        "task_reader": {"type": "arith"},
+        "rollout": {"agentscope_workflow": "answer_flow->answer", "trainable_targets": ["witch"]},
+    }
+    source = EpisodeSource(load_config(write_config(block), environ={}), plugins)
+    engine = ScriptedEngine(ChatTokenizer(qwen25_tokenizer()), lambda prompt: "13")
+
+    async def episodes(n: int) -> None:
+        for i in range(n):
+            _, samples = await source.run(Task(task_id=f"t{i}", main_query="13?"), engine, SAMPLING)
+            assert samples == []
+
+    asyncio.run(episodes(episode.IDLE_AFTER - 1))
+    assert "trainable_targets" not in capfd.readouterr().err  # too few episodes to tell
+    asyncio.run(episodes(1))
+    logged = " ".join(capfd.readouterr().err.split())
+    says = f"rollout.trainable_targets names 'witch', which made no model call in these {episode.IDLE_AFTER} "
+    assert says in logged, logged
+    assert f"the agents that called: 'solver' ({episode.IDLE_AFTER} calls)" in logged, logged

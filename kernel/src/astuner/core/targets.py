@@ -9,6 +9,8 @@ The runner now warns after each `run()` about every target that made no
 model call in its rollouts, naming the agents that did call
 (`idle_targets_warning`); a run on one target among several still trains
 the others, and an agent may call only in some steps, so that is a warning.
+A verl or Trinity worker, which sees episodes one at a time, warns the same
+way once its first `astuner.rollout.episode.IDLE_AFTER` episodes are done.
 A training step whose generated calls were all left out by the targets has
 nothing at all to train on: `compute_advantages` raises the
 `ConfigError` of `untrainable_step_error`, since a run that trains nothing
@@ -33,19 +35,19 @@ def generated_calls(trajectories: Sequence[Trajectory]) -> Counter[str]:
     return Counter(call.agent_name for t in trajectories for call in t.calls if call.response_ids)
 
 
-def idle_targets_warning(trajectories: Sequence[Trajectory], targets: Sequence[str], key: str) -> str | None:
-    """The warning for targets (from config `key`) that made no call in `trajectories`; None if all did.
+def idle_targets_warning(called: Counter[str], rollouts: int, targets: Sequence[str], key: str) -> str | None:
+    """The warning for targets (from config `key`) that made no call in `rollouts` rollouts whose
+    generated calls per agent are `called`; None if every target called.
 
     Nothing is said when no agent called at all (every rollout failed before its first call): that
     says nothing about the names.
     """
-    called = generated_calls(trajectories)
     idle = [name for name in targets if name not in called]
     if not targets or not called or not idle:
         return None
     silent = "No call of these rollouts trains. " if len(idle) == len(targets) else ""
     return (
-        f"{key} names {_names(idle)}, which made no model call in these {len(trajectories)} rollouts, "
+        f"{key} names {_names(idle)}, which made no model call in these {rollouts} rollouts, "
         f"so {'it trains' if len(idle) == 1 else 'they train'} nothing; the agents that called: "
         f"{_counts(called)}. {silent}{_fix(key)}"
     )

@@ -32,11 +32,13 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from astuner.config import AstunerConfig, load_config
 from astuner.core.merge import merge_trajectory
+from astuner.core.targets import generated_calls
 from astuner.core.task import Task
 from astuner.core.tokenizer import ChatTokenizer
 from astuner.core.trajectory import Sample, Trajectory
@@ -53,6 +55,9 @@ from astuner.rollout.stack import RolloutParts, engine_tokenizer
 CONFIG_ENV = "ASTUNER_CONFIG"
 SEARCH_PATHS_ENV = "ASTUNER_SEARCH_PATHS"
 PROGRESS_EVERY_S = 30.0
+IDLE_AFTER = 8
+"""After this many episodes, a worker warns about trainable targets that made no call in any of them
+(`astuner.core.targets`): one episode proves little, as an agent may call only on some tasks."""
 
 
 class EpisodeSource:
@@ -114,6 +119,8 @@ class EpisodeSource:
         trajectory = await runner.run_one(task, group_id or task.task_id, repeat, sampling, engine=engine)
         samples, _ = merge_trajectory(trajectory, trainable_targets=runner.trainable_targets or None)
         self.progress.add(trajectory)
+        if self.progress.done == IDLE_AFTER:
+            runner.warn_idle_targets(self.progress.called, self.progress.done)
         return trajectory, samples
 
     def _loop_runner(self, engine: Any) -> _LoopRunner:
@@ -179,6 +186,7 @@ class WorkerProgress:
         self.done = 0
         self.tokens = 0
         self.reward = 0.0
+        self.called: Counter[str] = Counter()  # generated model calls per agent
 
     def add(self, trajectory: Trajectory) -> None:
         now = time.perf_counter()
@@ -186,6 +194,7 @@ class WorkerProgress:
             self.started = now - (trajectory.timings.get("total_s", 0.0) if trajectory.timings else 0.0)
         self.done += 1
         self.tokens += sum(len(call.response_ids) for call in trajectory.calls)
+        self.called.update(generated_calls([trajectory]))
         self.reward += reward_of(trajectory)
         if now - self.logged >= PROGRESS_EVERY_S:
             self.logged = now

@@ -45,6 +45,7 @@ import math
 import time
 import traceback
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -52,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from astuner.config import AstunerConfig
 from astuner.core.madness import MadnessCheck, MadnessMonitor, apply_madness_reward
-from astuner.core.targets import TARGETS_KEY, idle_targets_warning
+from astuner.core.targets import TARGETS_KEY, generated_calls, idle_targets_warning
 from astuner.core.task import JudgeOutput, Task, WorkflowOutput, WorkflowTask
 from astuner.core.tokenizer import ChatTokenizer
 from astuner.core.tracker import ContextTracker, TrackerSettings
@@ -141,10 +142,14 @@ class RolloutRunner:
         async with self._executor_session():
             with tracker, watch_run():
                 trajectories = list(await asyncio.gather(*jobs))
-        idle = idle_targets_warning(trajectories, self.trainable_targets, self._targets_key())
+        self.warn_idle_targets(generated_calls(trajectories), len(trajectories))
+        return trajectories
+
+    def warn_idle_targets(self, called: Counter[str], rollouts: int) -> None:
+        """Warn (once a process) about trainable targets that made none of the `called` calls."""
+        idle = idle_targets_warning(called, rollouts, self.trainable_targets, self._targets_key())
         if idle is not None:
             warn_once(f"idle trainable targets: {idle.split(',', 1)[0]}", idle)
-        return trajectories
 
     def _targets_key(self) -> str:
         """Where the trainable targets come from, as a user would set them."""
