@@ -143,7 +143,7 @@ def become_the_code(plan: dict, status: int) -> None:
     real_root = os.geteuid() == 0 and in_initial_user_namespace()
     blocked = unreadable_by_others(plan["interpreter"]) if real_root else None
     if real_root and blocked is not None and sandboxed:
-        # As root it would read every root-only file left visible (/etc/shadow), uncounted by RLIMIT_NPROC.
+        # as root it could read every root-only file left visible (/etc/shadow), with no RLIMIT_NPROC
         raise PermissionError(
             f"`nobody` cannot read {blocked}, on the way to this Python interpreter, and astuner never runs "
             "model-written code as root in a sandbox; make it readable by all (chmod o+rX on it and the "
