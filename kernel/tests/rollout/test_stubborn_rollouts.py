@@ -69,6 +69,32 @@ class AwaitsAndCatchesEverything(Stubborn):
     blocks: ClassVar[bool] = False
 
 
+class CatchesEverythingTwice(Workflow):
+    """t1 blocks in a helper that swallows every interrupt; the workflow swallows what gets out of it and
+    goes back to awaiting; the others answer."""
+
+    async def execute(self, workflow_task, model_tuner) -> WorkflowOutput:
+        if workflow_task.task.task_id == "t1":
+            await asyncio.sleep(0.3)
+            gives_up = time.monotonic() + GIVES_UP_S
+            while time.monotonic() < gives_up:
+                try:
+                    self.block(gives_up)
+                except BaseException:
+                    await asyncio.sleep(0.2)
+            return WorkflowOutput(response="1", metadata={"final_answer": "1"})
+        call = await model_tuner.chat([{"role": "user", "content": workflow_task.task.main_query}])
+        return WorkflowOutput(response=call.content, metadata={"final_answer": call.content})
+
+    @staticmethod
+    def block(gives_up: float) -> None:
+        while time.monotonic() < gives_up:
+            try:
+                time.sleep(0.5)
+            except BaseException:
+                continue
+
+
 def run_stubborn(make_runner, workflow: type[Workflow]) -> tuple[float, list]:
     runner, _ = make_runner(
         workflow, say_the_number, settings=RunnerSettings(rollout_timeout=1.0, max_env_worker=4), delay=0.01
@@ -93,7 +119,9 @@ def test_a_retry_loop_catching_exception_is_cut_at_the_timeout(make_runner) -> N
 
 # Python reports an abandoned coroutine that ignores even GeneratorExit once it is collected.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-@pytest.mark.parametrize("workflow", [BlocksAndCatchesEverything, AwaitsAndCatchesEverything])
+@pytest.mark.parametrize(
+    "workflow", [BlocksAndCatchesEverything, AwaitsAndCatchesEverything, CatchesEverythingTwice]
+)
 def test_a_rollout_catching_everything_is_abandoned_and_the_step_ends(make_runner, workflow) -> None:
     elapsed, (t0, t1, t2) = run_stubborn(make_runner, workflow)
     assert elapsed < ENDS_WITHIN_S, f"the step waited {elapsed:.1f} s for the stubborn rollout"

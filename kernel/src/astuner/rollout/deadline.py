@@ -27,7 +27,7 @@ from collections.abc import Coroutine, Generator
 from typing import Any, Generic, TypeVar
 
 from astuner.rollout.stop_signals import LoopBlocked
-from astuner.rollout.watchdog import WatchedRollout, watch_rollout
+from astuner.rollout.watchdog import ABANDONED_MESSAGE, WatchedRollout, watch_rollout
 
 T = TypeVar("T")
 
@@ -71,7 +71,10 @@ async def run_within_deadline(work: Coroutine[Any, Any, T], rollout_id: str, tim
             f"Timeout: the rollout ran longer than {timeout:g} s (rollout.rollout_timeout) and was cancelled."
         )
         if task.cancelled():
-            raise RolloutTimeout(cancelled)
+            # Abandoned by the watchdog, it went back to awaiting: its cancellation ended it at once.
+            raise RolloutTimeout(
+                ABANDONED_MESSAGE.format(timeout=timeout) if rollout.abandoned else cancelled
+            )
         ended = task.exception()
         if timed_out and ended is None:
             raise RolloutTimeout(
