@@ -38,9 +38,9 @@ class _TimedEncode:
         self.tok, self.inner, self.seconds = tok, tok.encode, 0.0
 
     def __enter__(self) -> _TimedEncode:
-        def encode(text: str, literals: Any = None) -> list[int]:
+        def encode(text: str) -> list[int]:
             t0 = time.perf_counter()
-            out = self.inner(text, literals)
+            out = self.inner(text)
             self.seconds += time.perf_counter() - t0
             return out
 

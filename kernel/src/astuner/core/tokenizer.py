@@ -14,8 +14,8 @@ and the ids that end a generation.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
+import json
 import os
 import re
 import secrets
@@ -53,12 +53,6 @@ _END_OF_TURN_CANDIDATES = (
 # characters, so both spellings are read back).
 LITERAL_START, LITERAL_END = "\ue000", "\ue001"
 _STAND_IN = re.compile(r"(?:\ue000|\\ue000)(\d{16})(?:\ue001|\\ue001)")
-_LITERAL = re.compile(f"{LITERAL_START}[0-9a-f]{{16}}{LITERAL_END}")
-
-
-def literal_placeholder(content: str) -> str:
-    """A caller's own stand-in for a whole `content` in text it renders (see `ChatTokenizer.encode`)."""
-    return f"{LITERAL_START}{hashlib.sha1(content.encode()).hexdigest()[:16]}{LITERAL_END}"
 
 
 class ChatTokenizer:
@@ -97,6 +91,7 @@ class ChatTokenizer:
         }
         self._unmasked = dict(zip(digits, masked, strict=True))
         self._maskable = re.compile("|".join(re.escape(text) for text in masked))
+        self._json_safe = all(json.dumps(text, ensure_ascii=False)[1:-1] == text for text in masked)
         self._specials = re.compile("(" + "|".join([*map(re.escape, specials), "(?!)"]) + ")")
         self.end_of_turn, self.end_of_turn_id = self._find_end_of_turn(vocab)
         self._suffixes: dict[str, str | None] = {}
@@ -158,28 +153,17 @@ class ChatTokenizer:
                     suffixes.add(full[len(bare) :])
         return suffixes.pop() if len(suffixes) == 1 else None
 
-    def encode(self, text: str, literals: Mapping[str, str] | None = None) -> list[int]:
+    def encode(self, text: str) -> list[int]:
         """Token ids of `text`, no special tokens added (special-token text is still parsed).
 
         The stand-ins `render` writes for special-token text in the strings
         it is given are read back as that text and encoded as ordinary text,
         with the text around them up to the template's own control tokens:
         a tool result that says `<|im_start|>` cannot open a chat turn.
-        `literals` maps a caller's own placeholders (`literal_placeholder`)
-        to the contents they stand for, each encoded as ordinary text.
         """
-        if literals and LITERAL_START in text:
-            ids: list[int] = []
-            pos = 0
-            for match in _LITERAL.finditer(text):
-                if match.group() in literals:
-                    ids += self.encode(text[pos : match.start()])
-                    ids += self.encode_literal(literals[match.group()])
-                    pos = match.end()
-            return ids + self.encode(text[pos:])
         if not _STAND_IN.search(text):
             return self._backend.encode(text, add_special_tokens=False).ids
-        ids = []
+        ids: list[int] = []
         plain = ""  # text, with the template's control tokens, that the backend encodes as it is
         for i, piece in enumerate(self._specials.split(text)):
             if i % 2 == 0 and _STAND_IN.search(piece):
@@ -199,12 +183,19 @@ class ChatTokenizer:
     def mask(self, value: Any) -> Any:
         """`value` (messages, tools: any JSON-like value) with special-token text in every string, keys
         included, replaced by stand-ins that `encode` reads back as ordinary text."""
+        # One search of the JSON text (fast, in C) spares walking a history that holds no such text,
+        # as nearly every one does; special texts that JSON would escape are always walked.
+        if self._json_safe and not self._maskable.search(json.dumps(value, ensure_ascii=False, default=repr)):
+            return value
+        return self._masked(value)
+
+    def _masked(self, value: Any) -> Any:
         if isinstance(value, str):
             return self._maskable.sub(lambda m: self._stand_ins[m.group()], value)
         if isinstance(value, Mapping):
-            return {self.mask(k): self.mask(v) for k, v in value.items()}
+            return {self._masked(k): self._masked(v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
-            return [self.mask(v) for v in value]
+            return [self._masked(v) for v in value]
         return value
 
     def encode_literal(self, text: str) -> list[int]:
