@@ -13,9 +13,9 @@ thread never touches the loop or the rollouts: all it can do is interrupt
 the main thread with `signal.pthread_kill(main, SIGUSR1)`. Python runs the
 SIGUSR1 handler in the main thread, inside the blocking call (`time.sleep`,
 socket reads and lock waits return EINTR; pure-Python loops are stopped
-between bytecodes), and the handler raises `LoopBlocked` (an `Exception`)
-right there: the workflow's own `finally` blocks run, the runner records the
-rollout as an error saying what went wrong, and the other rollouts go on.
+between bytecodes), and the handler raises `LoopBlocked` right there: the
+workflow's own `finally` blocks run, the runner records the rollout as an
+error saying what went wrong, and the other rollouts go on.
 `LoopBlocked` is a `BaseException`, as `asyncio.CancelledError` is, so a
 retry loop's `except Exception: continue` does not swallow it.
 
