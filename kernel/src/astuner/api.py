@@ -93,6 +93,7 @@ from astuner.record import (
     read_trajectories,
     strict_json,
 )
+from astuner.record_lines import clipped_characters, load_trajectory
 from astuner.rollout.agents import AgentPlan, agent_plan, refuse_agent_adapters
 from astuner.rollout.agentscope_model import model_tuner_class
 from astuner.rollout.auxiliary import auxiliary_rollout_id
@@ -244,6 +245,8 @@ __all__ = [  # noqa: RUF022
     "append_rows",
     "append_trajectories",
     "strict_json",
+    "load_trajectory",
+    "clipped_characters",
     "build_once",
     "cache_dir",
     "configure_logging",

@@ -21,6 +21,7 @@ from astuner.config import AstunerConfig
 from astuner.core.trajectory import Trajectory
 from astuner.errors import AstunerError
 from astuner.logs import warn_once
+from astuner.record_lines import load_trajectory, trajectory_line
 
 
 @dataclass(frozen=True)
@@ -130,14 +131,18 @@ def _finite(value: Any, key: str, replaced: dict[str, float]) -> Any:
 
 
 def append_trajectories(path: Path, trajectories: Iterable[Trajectory]) -> int:
-    """Append trajectories as JSON lines, each whole or not at all; returns how many were written."""
-    return append_lines(path, (trajectory.model_dump_json() for trajectory in trajectories))
+    """Append trajectories as JSON lines, each whole or not at all; returns how many were written.
+
+    Each line is bounded per call (`astuner.record_lines`): token ids and
+    log-probs whole, messages a call repeats kept once, long texts clipped.
+    """
+    return append_lines(path, (trajectory_line(trajectory) for trajectory in trajectories))
 
 
 def read_trajectories(path: Path) -> list[Trajectory]:
-    """Every trajectory of a rollout file."""
+    """Every trajectory of a rollout file, with the messages its lines keep once restored."""
     with path.open(encoding="utf-8") as lines:
-        return [Trajectory.model_validate_json(line) for line in lines if line.strip()]
+        return [load_trajectory(line) for line in lines if line.strip()]
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

@@ -1,8 +1,9 @@
 """What a rollout records: model calls, trajectories and training samples.
 
 These pydantic models are the rollout log format: one `Trajectory` per line
-of `rollouts/step_<n>.jsonl`, written with `Trajectory.model_dump_json()`
-and read back with `Trajectory.model_validate_json(line)`.
+of `rollouts/step_<n>.jsonl`, written by `astuner.record.append_trajectories`
+and read back by `astuner.record.read_trajectories` (the line keeps messages
+a call repeats once, and clips huge texts: see `astuner.record_lines`).
 
 Token lists are plain `list[int]` / `list[float]` so the log is readable by
 any JSON tool; backbones turn them into tensors.

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from astuner.api import Trajectory
+from astuner.api import Trajectory, load_trajectory
 from astuner_logview.index import RolloutIndex, Summary
 from astuner_logview.runs import (
     find_runs,
@@ -237,7 +237,7 @@ class RecordStore:
 def _load(index: RolloutIndex, summary: Summary) -> Trajectory | None:
     """The trajectory a summary describes; None, the line dropped and counted, if it does not validate."""
     try:
-        return Trajectory.model_validate_json(index.read(summary))
+        return load_trajectory(index.read(summary))
     except ValueError:  # pydantic's ValidationError, for bad calls the index does not parse
         index.discard(summary.line)
         return None

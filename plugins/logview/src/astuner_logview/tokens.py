@@ -27,6 +27,7 @@ from astuner.api import (
     PrefixBreak,
     Sample,
     Trajectory,
+    clipped_characters,
     compute_advantages,
     load_tokenizer,
     merge_trajectory,
@@ -283,5 +284,6 @@ def trajectory_view(
             "breaks": [break_view(b) for b in report.breaks],
         },
         "turns": conversation(trajectory.calls, advantages),
+        "clipped_characters": clipped_characters(trajectory),
         "samples": [sample_view(s, tokenizer, report.breaks) for s in samples],
     }

@@ -156,6 +156,7 @@ function messageBox(message) {
 
 function renderConversation(view) {
   const box = el("div", { class: "conversation" }, el("h3", { text: "Conversation" }), el("p", { class: "agent-note muted" }));
+  if (view.clipped_characters) box.append(el("p", { class: "warning clipped-note", text: `Shortened in the record: ${view.clipped_characters.toLocaleString("en")} characters of long texts are not kept (each cut is marked in place); the calls' token ids hold them whole.` }));
   const breaks = new Map(view.merge.breaks.map((b) => [b.call, b]));
   for (const turn of view.turns) {
     const r = turn.response;

@@ -1,0 +1,93 @@
+"""A rollout record is bounded per call: token ids and log-probs whole, repeated and huge texts not.
+
+Real requests through the OpenAI gateway (HTTP on 127.0.0.1), a real
+tokenizer, the records writer and reader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from astuner import Task, WorkflowOutput
+from astuner.core.tracker import TrackerSettings
+from astuner.record import append_trajectories, read_trajectories
+from astuner.rollout.engine import SamplingParams
+from astuner.rollout.gateway import Gateway
+from astuner.rollout.runner import RunnerSettings
+
+TASK = Task(task_id="doc", main_query="Summarise.", metadata={"answer": "ok"})
+SENTENCE = "The quick brown fox jumps over the lazy dog, {n} times. "
+
+
+def document(size: int) -> str:
+    text, n = "", 0
+    while len(text) < size:
+        text += SENTENCE.format(n=n)
+        n += 1
+    return text[:size]
+
+
+def asks(text: str, turns: int):
+    """A plain OpenAI-SDK agent: `text` as the user's message, then `turns - 1` follow-ups."""
+
+    async def workflow(task: dict, model) -> WorkflowOutput:
+        client = model.openai_client()
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}]
+        for _ in range(turns):
+            reply = await client.chat.completions.create(model="m", messages=messages)
+            messages += [{"role": "assistant", "content": reply.choices[0].message.content}]
+            messages += [{"role": "user", "content": "And then?"}]
+        return WorkflowOutput(response="ok")
+
+    return workflow
+
+
+def rollout(make_runner, text: str, turns: int, max_model_len: int = 18000):
+    async def main():
+        async with Gateway() as gateway:
+            settings = RunnerSettings(tracker=TrackerSettings(max_model_len=max_model_len))
+            runner, _ = make_runner(
+                asks(text, turns), lambda prompt: "ok", settings=settings, gateway=gateway
+            )
+            return await runner.run([TASK], SamplingParams(max_tokens=16), progress=False)
+
+    (trajectory,) = asyncio.run(main())
+    assert trajectory.error is None, trajectory.error
+    return trajectory
+
+
+def written(trajectory, tmp_path: Path) -> tuple[str, Path]:
+    path = tmp_path / "step_1.jsonl"
+    append_trajectories(path, [trajectory])
+    (line,) = path.read_text(encoding="utf-8").splitlines()
+    return line, path
+
+
+def test_a_1_mb_request_keeps_its_token_ids_whole_and_its_text_clipped(make_runner, tmp_path: Path) -> None:
+    text = document(1_000_000)  # the issue's was 4 MB; the bound is the same, and tokenising 4 MB takes long
+    trajectory = rollout(make_runner, text, turns=1)
+    (call,) = trajectory.calls
+    assert call.finish_reason == "context_overflow" and len(call.prompt_ids) > 18000
+    line, path = written(trajectory, tmp_path)
+    ids = len(json.dumps(call.prompt_ids, separators=(",", ":")))
+    assert len(line) < ids + 100_000, f"{len(line):,} bytes for {ids:,} bytes of token ids"
+
+    (back,) = read_trajectories(path)
+    assert back.calls[0].prompt_ids == call.prompt_ids  # every token id kept
+    kept = back.calls[0].messages[1]["content"]
+    cut = len(text) - 32_768
+    head, note, tail = kept.partition(
+        f"\n[astuner: {cut:,} characters of this text are not kept in the record"
+    )
+    assert note and head == text[:16_384] and tail.endswith(text[-16_384:]), kept[16_384:16_600]
+
+
+def test_messages_a_call_repeats_are_kept_once_and_read_back_whole(make_runner, tmp_path: Path) -> None:
+    text = document(20_000)
+    trajectory = rollout(make_runner, text, turns=4, max_model_len=65536)
+    assert [len(c.messages) for c in trajectory.calls] == [2, 4, 6, 8]
+    line, path = written(trajectory, tmp_path)
+    assert line.count(text) == 1
+    assert read_trajectories(path) == [trajectory]

@@ -1,0 +1,104 @@
+"""Records bounded per call read back in the viewer: repeated messages restored, shortened text flagged.
+
+Trajectories come from the real context tracker and are written by the
+kernel's records writer; the viewer is a real server on 127.0.0.1. A record
+written before the bound (one `model_dump_json()` line) shows the same.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import httpx
+from logview_records import write_hint_run
+
+from astuner.core.tokenizer import ChatTokenizer
+from astuner.core.tracker import ContextTracker, TrackerSettings
+from astuner.core.trajectory import Trajectory
+from astuner.record import append_trajectories
+from astuner.testing.conversations import SEARCH_TOOL, echo_assistant, react_turns
+from astuner.testing.engines import LOGPROB
+from astuner.testing.tokenizers import qwen25_tokenizer
+
+LIMIT = 32_768  # astuner.record_lines.TEXT_LIMIT
+
+
+def about(size: int) -> str:
+    """A document of `size` characters whose head and tail can be told apart."""
+    words = " ".join(f"w{n}" for n in range(size // 3))
+    return words[:size]
+
+
+def conversation(document: str) -> Trajectory:
+    """Three ReAct calls through the real tracker, the user's message being `document`."""
+    tokenizer = ChatTokenizer(qwen25_tokenizer())
+    tracker = ContextTracker(tokenizer, TrackerSettings(max_model_len=1_000_000))
+    messages = [
+        {"role": "system", "content": "You are a helpful agent."},
+        {"role": "user", "content": document},
+    ]
+    for turn in react_turns(tokenizer, 3):
+        call = tracker.record(tracker.prepare(messages, [SEARCH_TOOL]), turn.ids, [LOGPROB] * len(turn.ids))
+        messages.append(echo_assistant(call, "default"))
+        for tool_call in call.tool_calls:
+            messages.append({"role": "tool", "tool_call_id": tool_call.id, "content": turn.tool_output})
+    return tracker.trajectory("doc-1", task_id="doc", group_id="g", reward=1.0, is_success=True)
+
+
+def view(serve, root: Path, run: Path, file: str) -> dict:
+    viewer = serve(root)
+    url = viewer.url.rstrip("/") + "/api/trajectory"
+    params = {"run": run.relative_to(root).as_posix(), "file": file, "line": 0}
+    answer = httpx.get(url, params=params, timeout=60)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_a_shortened_text_is_marked_in_place_and_counted_in_the_view(
+    serve, tmp_path: Path, calc_run: Path
+) -> None:
+    document = about(100_000)
+    run = write_hint_run(tmp_path, calc_run)  # a run folder with a config naming the tokenizer
+    (run / "rollouts" / "step_1.jsonl").unlink()
+    append_trajectories(run / "rollouts" / "step_1.jsonl", [conversation(document)])
+
+    shown = view(serve, tmp_path, run, "step_1.jsonl")
+    assert shown["clipped_characters"] == len(document) - LIMIT
+    first, second, third = shown["turns"]
+    assert [m["role"] for m in first["messages"]] == ["system", "user"]
+    user = first["messages"][1]
+    head, note, tail = user["content"].partition(f"\n[astuner: {len(document) - LIMIT:,} characters")
+    assert note and head == document[: LIMIT // 2] and tail.endswith(document[-LIMIT // 2 :])
+    # Later calls repeat the history: restored from the record, only what is new is shown.
+    assert [m["role"] for m in second["messages"]] == ["tool"]
+    assert [m["role"] for m in third["messages"]] == ["tool"]
+
+
+def test_a_record_written_before_the_bound_shows_the_same_conversation(
+    serve, tmp_path: Path, calc_run: Path
+) -> None:
+    trajectory = conversation(about(5_000))
+    run = write_hint_run(tmp_path, calc_run)
+    rollouts = run / "rollouts"
+    (rollouts / "step_1.jsonl").write_text(trajectory.model_dump_json() + "\n", encoding="utf-8")
+    shutil.copy(rollouts / "step_1.jsonl", tmp_path / "before.jsonl")
+    append_trajectories(rollouts / "step_2.jsonl", [trajectory])
+    assert (rollouts / "step_2.jsonl").stat().st_size < (tmp_path / "before.jsonl").stat().st_size
+
+    before, after = (view(serve, tmp_path, run, f"step_{n}.jsonl") for n in (1, 2))
+    assert before["turns"] == after["turns"] and before["samples"] == after["samples"]
+    assert before["clipped_characters"] == after["clipped_characters"] == 0
+
+
+def test_the_page_says_the_record_shortened_a_text(page, serve, tmp_path: Path, calc_run: Path) -> None:
+    document = about(100_000)
+    run = write_hint_run(tmp_path, calc_run)
+    (run / "rollouts" / "step_1.jsonl").unlink()
+    append_trajectories(run / "rollouts" / "step_1.jsonl", [conversation(document)])
+    page.goto(serve(tmp_path).url)  # the only run opens by itself
+    page.locator(".trajectory-row").first.click()
+    note = page.wait_for_selector(".conversation .clipped-note")
+    assert note.inner_text().startswith(f"Shortened in the record: {len(document) - LIMIT:,} characters")
+    marked = f"[astuner: {len(document) - LIMIT:,} characters of this text are not kept"
+    assert marked in page.locator(".conversation").inner_text()
