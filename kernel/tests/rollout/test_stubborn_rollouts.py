@@ -7,9 +7,11 @@ test fails on the time it took instead of hanging.
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 import threading
 import time
+from collections import Counter
 from typing import ClassVar
 
 import pytest
@@ -21,6 +23,7 @@ from astuner.rollout.stop_signals import LoopBlocked
 
 SAMPLING = SamplingParams(temperature=1.0, max_tokens=64)
 GIVES_UP_S = 12.0
+TRIES: list[str] = []  # one entry per try of a stubborn workflow
 # The timeout (1 s), the watchdog's second interrupt or the cancellation's grace (2 s), some slack.
 ENDS_WITHIN_S = 6.0
 
@@ -44,6 +47,7 @@ class Stubborn(Workflow):
             await asyncio.sleep(0.3)  # the others answer first: a blocked loop delays their clocks too
             gives_up = time.monotonic() + GIVES_UP_S
             while time.monotonic() < gives_up:
+                TRIES.append(type(self).__name__)
                 try:
                     if self.blocks:
                         time.sleep(0.5)  # blocks the event loop
@@ -78,6 +82,7 @@ class CatchesEverythingTwice(Workflow):
             await asyncio.sleep(0.3)
             gives_up = time.monotonic() + GIVES_UP_S
             while time.monotonic() < gives_up:
+                TRIES.append(type(self).__name__)
                 try:
                     self.block(gives_up)
                 except BaseException:
@@ -117,13 +122,17 @@ def test_a_retry_loop_catching_exception_is_cut_at_the_timeout(make_runner) -> N
     assert "time.sleep(0.5)  # blocks the event loop" in t1.error  # where it blocked
 
 
-# Python reports an abandoned coroutine that ignores even GeneratorExit once it is collected.
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+# Left to the garbage collector, an abandoned coroutine that catches GeneratorExit is reported by Python.
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.parametrize(
     "workflow", [BlocksAndCatchesEverything, AwaitsAndCatchesEverything, CatchesEverythingTwice]
 )
 def test_a_rollout_catching_everything_is_abandoned_and_the_step_ends(make_runner, workflow) -> None:
     elapsed, (t0, t1, t2) = run_stubborn(make_runner, workflow)
+    tries = len(TRIES)
+    time.sleep(0.6)
+    gc.collect()
+    assert len(TRIES) == tries, f"the abandoned workflow ran again: {Counter(TRIES[tries:])}"
     assert elapsed < ENDS_WITHIN_S, f"the step waited {elapsed:.1f} s for the stubborn rollout"
     assert (t0.error, t2.error) == (None, None) and (t0.reward, t2.reward) == (1.0, 1.0)
     assert t1.reward is None and t1.error.startswith("Timeout: ")

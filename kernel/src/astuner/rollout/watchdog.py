@@ -87,7 +87,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -344,24 +344,32 @@ class LoopWatchdog:
             raise LoopBlocked(blocked_message(blocked, rollout.timeout))
         # It caught the first one and blocked again: give up on it, and make the catching useless.
         rollout.abandoned = True
-        _arm_ejection(rollout, frame)
+        arm_ejection(rollout, _callers(frame))
         raise LoopBlocked(ABANDONED_MESSAGE.format(timeout=rollout.timeout))
 
 
-def _arm_ejection(rollout: WatchedRollout, frame: FrameType | None) -> None:
-    """Trace the interrupted frames, so the first line an abandoned rollout runs raises again."""
-    if not rollout.traced:
-        rollout.previous_trace, rollout.traced = sys.gettrace(), True
-    sys.settrace(_eject_on_next_line)
+def _callers(frame: FrameType | None) -> Iterator[FrameType]:
+    """The interrupted frame and its callers, down to the first of asyncio's or astuner's machinery."""
     while frame is not None and not _machinery(frame):
-        frame.f_trace = _eject_on_next_line
+        yield frame
         frame = frame.f_back
 
 
+def arm_ejection(rollout: WatchedRollout, frames: Iterable[FrameType]) -> None:
+    """Mark `frames` of an abandoned rollout and trace them, so the first line they run raises."""
+    if not rollout.traced:
+        rollout.previous_trace, rollout.traced = sys.gettrace(), True
+    sys.settrace(_eject_on_next_line)
+    for frame in frames:
+        if not _machinery(frame):
+            frame.f_trace = _eject_on_next_line
+
+
 def _eject_on_next_line(frame: FrameType, event: str, arg: Any) -> Any:
-    """The trace function of an abandoned rollout: its next line raises; other code is not traced."""
+    """The trace function of an abandoned rollout: a frame it marked raises as soon as it runs a line
+    or is resumed; any other code (astuner's own, on the rollout's behalf) is left alone."""
     rollout = _CURRENT.get()
-    if rollout is None or not rollout.abandoned or _machinery(frame):
+    if rollout is None or not rollout.abandoned or frame.f_trace is not _eject_on_next_line:
         return None
     if event in ("line", "call"):
         raise LoopBlocked(ABANDONED_MESSAGE.format(timeout=rollout.timeout))
