@@ -28,7 +28,7 @@ CHILD = textwrap.dedent(
     from astuner import hookimpl
     from astuner.api import Trajectory, append_trajectories
     from astuner.cli import make_app
-    from astuner.logs import configure_logging
+    from astuner.logs import configure_logging, get_logger
     from astuner.plugins import Plugins
 
 
@@ -37,11 +37,16 @@ CHILD = textwrap.dedent(
 
 
     class Filling:
-        # Writes rollouts until the disk is full: the records writer's error ends the run.
+        # Another process fills the disk, then a rollout cannot be written: that error ends the run.
         def __init__(self, settings):
             pass
 
         def run(self, ctx):
+            try:
+                (Path(sys.argv[1]) / "filler").write_bytes(b"x" * (1 << 20))
+            except OSError:
+                pass
+            get_logger().warning("a rollout failed", traceback="x" * 5000)  # more than the log's page holds
             for n in range(10_000):
                 trajectory = Trajectory(trajectory_id=str(n), metadata={"pad": "x" * 2000})
                 append_trajectories(ctx.experiment.rollouts / "step_1.jsonl", [trajectory])
@@ -146,7 +151,10 @@ def test_a_full_disk_names_the_records_file_and_ends_the_status(tmp_path: Path) 
     assert report["exit"] == 1
     error = stderr[stderr.index("error:") :]
     assert error.startswith(f"error: Cannot write records to '{disk}/launcher_record/full/"), error
-    assert "step_1.jsonl': No space left on device" in error and "Traceback" not in error, error
+    assert "step_1.jsonl': No space left on device" in error, error
+    # Above it, the log file that could not be written is one line, not a traceback per log line.
+    log = f"astuner: cannot write the log file '{disk}/launcher_record/full/"
+    assert stderr.count(log) == 1 and "Traceback" not in stderr and "Logging error" not in stderr, stderr
     # status.json says how the run ended, and no empty temporary copy is left beside it.
     assert report["status"]["state"] == "failed", report
     assert report["status"]["reason"].startswith("Cannot write records to"), report

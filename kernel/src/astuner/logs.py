@@ -91,9 +91,44 @@ def close_log_file() -> None:
         handler.close()
 
 
+class _RunLogFile(logging.FileHandler):
+    """The run's JSON log file, where a write that fails (a full disk) is said once, in one line.
+
+    The stdlib handler prints a traceback for every line it cannot write,
+    burying the run's own error (often the records writer's, naming the file
+    that filled the disk), and its close raises, replacing that error. From
+    the first failure on, the lines go to the terminal only.
+    """
+
+    failed = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.failed:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        problem = sys.exc_info()[1]
+        if self.failed or not isinstance(problem, OSError):
+            super().handleError(record)
+            return
+        self.failed = True
+        print(
+            f"astuner: cannot write the log file '{self.baseFilename}': {problem.strerror or problem}; "
+            "from here on the log goes to the terminal only.",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError:  # what it could not flush is lost, and was said when the write failed
+            self.failed = True
+
+
 def _json_file_handler(log_file: Path) -> logging.Handler:
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(log_file, encoding="utf-8")
+    handler = _RunLogFile(log_file, encoding="utf-8")
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processor=structlog.processors.JSONRenderer(), foreign_pre_chain=_SHARED_PROCESSORS
