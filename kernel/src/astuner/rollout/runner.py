@@ -147,9 +147,10 @@ class RolloutRunner:
 
     def warn_idle_targets(self, called: Counter[str], rollouts: int) -> None:
         """Warn (once a process) about trainable targets that made none of the `called` calls."""
-        idle = idle_targets_warning(called, rollouts, self.trainable_targets, self._targets_key())
-        if idle is not None:
-            warn_once(f"idle trainable targets: {idle.split(',', 1)[0]}", idle)
+        warning = idle_targets_warning(called, rollouts, self.trainable_targets, self._targets_key())
+        if warning is not None:
+            idle = sorted(set(self.trainable_targets) - set(called))
+            warn_once(f"idle trainable targets: {idle}", warning)
 
     def _targets_key(self) -> str:
         """Where the trainable targets come from, as a user would set them."""
