@@ -8,6 +8,8 @@ whole history and a request may carry megabytes:
   conversation grows at its end) are kept once, in the earlier call; the
   later one starts with a stand-in, `{"astuner.repeats": {"call": j,
   "messages": n}}`: its first n messages are those of call j in the same list;
+  tools the same as that call's are the stand-in `[{"astuner.repeats":
+  {"call": j}}]`;
 - a text longer than `TEXT_LIMIT` characters in a message or tool keeps its
   head and tail around a `CLIP_NOTE` that says how much was cut (the call's
   `prompt_ids` still hold it whole).
@@ -60,22 +62,27 @@ def clipped_characters(trajectory: Trajectory) -> int:
 
 
 def _bounded(calls: list[LLMCall]) -> list[LLMCall]:
-    last: dict[str, tuple[int, list[dict[str, Any]]]] = {}  # agent -> its previous call's position, messages
+    last: dict[str, tuple[int, LLMCall]] = {}  # agent -> its previous call and that call's position
     out = []
     for position, call in enumerate(calls):
-        messages = call.messages
+        messages, tools = call.messages, _clip(call.tools)
         kept: list[dict[str, Any]] = []
         if call.agent_name in last:
             before, previous = last[call.agent_name]
             shared = 0
-            while shared < min(len(previous), len(messages)) and previous[shared] == messages[shared]:
+            while (
+                shared < min(len(previous.messages), len(messages))
+                and previous.messages[shared] == messages[shared]
+            ):
                 shared += 1
             if shared:
                 kept.append({REPEATS: {"call": before, "messages": shared}})
                 messages = messages[shared:]
-        last[call.agent_name] = (position, call.messages)
+            if call.tools and call.tools == previous.tools:
+                tools = [{REPEATS: {"call": before}}]
+        last[call.agent_name] = (position, call)
         kept.extend(_clip(message) for message in messages)
-        out.append(call.model_copy(update={"messages": kept, "tools": _clip(call.tools)}))
+        out.append(call.model_copy(update={"messages": kept, "tools": tools}))
     return out
 
 
@@ -92,17 +99,23 @@ def _clip(value: Any) -> Any:
 
 def _restore(calls: list[LLMCall]) -> None:
     for position, call in enumerate(calls):
+        if call.tools and len(call.tools) == 1 and REPEATS in call.tools[0]:
+            call.tools = calls[_earlier(call.tools[0][REPEATS], position)].tools
         if not call.messages or REPEATS not in call.messages[0]:
             continue
         stand_in = call.messages[0][REPEATS]
-        source, count = stand_in.get("call"), stand_in.get("messages")
-        if not (isinstance(source, int) and isinstance(count, int) and 0 <= source < position):
-            raise ValueError(
-                f"call {position} repeats the messages of call {source!r}, which comes no earlier"
-            )
+        source, count = _earlier(stand_in, position), stand_in.get("messages")
         repeated = calls[source].messages
-        if not 0 < count <= len(repeated):
+        if not (isinstance(count, int) and 0 < count <= len(repeated)):
             raise ValueError(
                 f"call {position} repeats {count!r} messages of call {source}, which has {len(repeated)}"
             )
         call.messages = [*repeated[:count], *call.messages[1:]]
+
+
+def _earlier(stand_in: Any, position: int) -> int:
+    """The call a stand-in in call `position` names: one that comes before it."""
+    source = stand_in.get("call") if isinstance(stand_in, dict) else None
+    if not (isinstance(source, int) and 0 <= source < position):
+        raise ValueError(f"call {position} repeats what call {source!r} holds, which comes no earlier")
+    return source

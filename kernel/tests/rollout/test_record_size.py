@@ -10,6 +10,8 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
+
 from astuner import Task, WorkflowOutput
 from astuner.core.tracker import TrackerSettings
 from astuner.record import append_trajectories, read_trajectories
@@ -29,6 +31,18 @@ def document(size: int) -> str:
     return text[:size]
 
 
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Look a word up in the big dictionary of everything, then say what it means.",
+            "parameters": {"type": "object", "properties": {"word": {"type": "string"}}},
+        },
+    }
+]
+
+
 def asks(text: str, turns: int):
     """A plain OpenAI-SDK agent: `text` as the user's message, then `turns - 1` follow-ups."""
 
@@ -36,7 +50,7 @@ def asks(text: str, turns: int):
         client = model.openai_client()
         messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}]
         for _ in range(turns):
-            reply = await client.chat.completions.create(model="m", messages=messages)
+            reply = await client.chat.completions.create(model="m", messages=messages, tools=TOOLS)
             messages += [{"role": "assistant", "content": reply.choices[0].message.content}]
             messages += [{"role": "user", "content": "And then?"}]
         return WorkflowOutput(response="ok")
@@ -89,5 +103,14 @@ def test_messages_a_call_repeats_are_kept_once_and_read_back_whole(make_runner, 
     trajectory = rollout(make_runner, text, turns=4, max_model_len=65536)
     assert [len(c.messages) for c in trajectory.calls] == [2, 4, 6, 8]
     line, path = written(trajectory, tmp_path)
-    assert line.count(text) == 1
+    assert line.count(text) == 1 and line.count("the big dictionary of everything") == 1
     assert read_trajectories(path) == [trajectory]
+
+
+def test_a_line_whose_stand_in_names_no_earlier_call_is_refused(make_runner, tmp_path: Path) -> None:
+    line, path = written(rollout(make_runner, document(2_000), turns=2, max_model_len=65536), tmp_path)
+    stand_in = '{"astuner.repeats":{"call":0,"messages":2}}'
+    assert line.count(stand_in) == 1
+    path.write_text(line.replace(stand_in, stand_in.replace('"call":0', '"call":1')) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="call 1 repeats what call 1 holds, which comes no earlier"):
+        read_trajectories(path)
