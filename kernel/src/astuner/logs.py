@@ -7,6 +7,7 @@ decides where it ends up.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import threading
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+
+from astuner.finite_json import finite
 
 LOGGER_NAME = "astuner"
 _SHARED_PROCESSORS: list[Any] = [
@@ -126,12 +129,18 @@ class _RunLogFile(logging.FileHandler):
             self.failed = True
 
 
+def _json_line(data: Any, **kwargs: Any) -> str:
+    """A log line as strict JSON: a NaN or infinite value (a metric that overflowed) as null."""
+    return json.dumps(finite(data), allow_nan=False, **kwargs)
+
+
 def _json_file_handler(log_file: Path) -> logging.Handler:
     log_file.parent.mkdir(parents=True, exist_ok=True)
     handler = _RunLogFile(log_file, encoding="utf-8")
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            processor=structlog.processors.JSONRenderer(), foreign_pre_chain=_SHARED_PROCESSORS
+            processor=structlog.processors.JSONRenderer(serializer=_json_line),
+            foreign_pre_chain=_SHARED_PROCESSORS,
         )
     )
     handler.setLevel(logging.DEBUG)

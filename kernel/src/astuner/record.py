@@ -8,7 +8,6 @@ readers of those records.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,6 +19,7 @@ import yaml
 from astuner.config import AstunerConfig
 from astuner.core.trajectory import Trajectory
 from astuner.errors import AstunerError
+from astuner.finite_json import finite
 from astuner.logs import warn_once
 from astuner.record_lines import load_trajectory, trajectory_line
 
@@ -109,7 +109,7 @@ def strict_json(data: Any, where: Path, indent: int | None = None) -> str:
     value replaced is warned of, once per file and key, by its key.
     """
     replaced: dict[str, float] = {}
-    text = json.dumps(_finite(data, "", replaced), indent=indent, allow_nan=False)
+    text = json.dumps(finite(data, "", replaced), indent=indent, allow_nan=False)
     for key, value in replaced.items():
         warn_once(
             f"non-finite {where} {key}",
@@ -117,17 +117,6 @@ def strict_json(data: Any, where: Path, indent: int | None = None) -> str:
             f"a spread); {where} keeps null for it, as JSON has no spelling for NaN or infinity.",
         )
     return text
-
-
-def _finite(value: Any, key: str, replaced: dict[str, float]) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        replaced[key or "value"] = value
-        return None
-    if isinstance(value, Mapping):
-        return {k: _finite(v, f"{key}.{k}" if key else str(k), replaced) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v, key, replaced) for v in value]
-    return value
 
 
 def append_trajectories(path: Path, trajectories: Iterable[Trajectory]) -> int:

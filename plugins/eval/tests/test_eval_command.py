@@ -192,7 +192,9 @@ def test_a_reward_near_the_float_limit_leaves_strict_json_and_one_warning_per_me
     assert (row["eval/reward_mean"], row["eval/reward_std"], row["eval/success_rate"]) == (None, None, 1.0)
     summary = strict((run / "eval_summary.json").read_text())
     assert (summary["metrics"]["eval/reward_mean"], summary["metrics"]["eval/reward_std"]) == (None, None)
-    logged = [json.loads(line) for line in (run / "astuner.log").read_text().splitlines()]
+    logged = [strict(line) for line in (run / "astuner.log").read_text().splitlines()]  # the log too
+    (finished,) = [entry for entry in logged if entry["event"] == "eval finished"]
+    assert (finished["eval/reward_mean"], finished["eval/success_rate"]) == (None, 1.0)
     warned = [entry["event"] for entry in logged if entry["level"] == "warning"]
     assert [w.split(" is ")[0] for w in warned] == [
         "'eval/reward_mean'",
