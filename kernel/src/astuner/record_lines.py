@@ -11,8 +11,8 @@ whole history and a request may carry megabytes:
   tools the same as that call's are the stand-in `[{"astuner.repeats":
   {"call": j}}]`;
 - a text longer than `TEXT_LIMIT` characters in a message or tool keeps its
-  head and tail around a `CLIP_NOTE` that says how much was cut (the call's
-  `prompt_ids` still hold it whole).
+  head and tail around a `CLIP_NOTE` that says how much was cut, all three
+  within the limit (the call's `prompt_ids` still hold it whole).
 
 `trajectory_line` writes that form and `load_trajectory` reads it back, with
 the repeated messages restored; a line written before this form reads as it
@@ -62,7 +62,7 @@ def clipped_characters(trajectory: Trajectory) -> int:
 
 
 def _bounded(calls: list[LLMCall]) -> list[LLMCall]:
-    last: dict[str, tuple[int, LLMCall]] = {}  # agent -> its previous call and that call's position
+    last: dict[str, tuple[int, LLMCall]] = {}  # agent -> the position of its previous call, and that call
     out = []
     for position, call in enumerate(calls):
         messages, tools = call.messages, _clip(call.tools)
@@ -88,7 +88,8 @@ def _bounded(calls: list[LLMCall]) -> list[LLMCall]:
 
 def _clip(value: Any) -> Any:
     if isinstance(value, str) and len(value) > TEXT_LIMIT:
-        half = TEXT_LIMIT // 2
+        # Head, note and tail fit in the limit, so a record read back and written again stays as it is.
+        half = (TEXT_LIMIT - len(CLIP_NOTE.format(cut=f"{len(value):,}"))) // 2
         return value[:half] + CLIP_NOTE.format(cut=f"{len(value) - 2 * half:,}") + value[-half:]
     if isinstance(value, dict):
         return {key: _clip(item) for key, item in value.items()}

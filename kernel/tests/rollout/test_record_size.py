@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,15 @@ def rollout(make_runner, text: str, turns: int, max_model_len: int = 18000):
     return trajectory
 
 
+def clipped(kept: str) -> tuple[str, str, int]:
+    """The head and tail a clipped text kept, and how many characters its note says were cut."""
+    note = re.search(
+        r"\n\[astuner: ([\d,]+) characters of this text are not kept in the record[^\]]*\]\n", kept
+    )
+    assert note, kept[:200]
+    return kept[: note.start()], kept[note.end() :], int(note.group(1).replace(",", ""))
+
+
 def written(trajectory, tmp_path: Path) -> tuple[str, Path]:
     path = tmp_path / "step_1.jsonl"
     append_trajectories(path, [trajectory])
@@ -91,11 +101,11 @@ def test_a_1_mb_request_keeps_its_token_ids_whole_and_its_text_clipped(make_runn
     (back,) = read_trajectories(path)
     assert back.calls[0].prompt_ids == call.prompt_ids  # every token id kept
     kept = back.calls[0].messages[1]["content"]
-    cut = len(text) - 32_768
-    head, note, tail = kept.partition(
-        f"\n[astuner: {cut:,} characters of this text are not kept in the record"
-    )
-    assert note and head == text[:16_384] and tail.endswith(text[-16_384:]), kept[16_384:16_600]
+    head, tail, cut = clipped(kept)
+    assert len(kept) <= 32_768 and len(head) > 16_000 and len(tail) > 16_000
+    assert text.startswith(head) and text.endswith(tail) and len(head) + cut + len(tail) == len(text)
+    # Written again (as `astuner sft` writes the records it trains on), the line stays as it is.
+    assert written(back, tmp_path / "again")[0] == line
 
 
 def test_messages_a_call_repeats_are_kept_once_and_read_back_whole(make_runner, tmp_path: Path) -> None:
