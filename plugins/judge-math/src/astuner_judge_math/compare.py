@@ -5,16 +5,16 @@ units, `x = ` prefixes, a final period). Numbers then compare numerically
 with a tolerance: `1,234` = `1234.0`, `3/4` = `\\frac{3}{4}` = `0.75`, and a
 percentage matches either its number or its fraction (`50%` = `50` =
 `0.5`). Anything else (expressions, intervals, roots) goes to `math-verify`
-for a symbolic check, on inputs of bounded length and with a time limit
-where one can be set (math-verify's limit uses SIGALRM, so only on the main
-thread).
+for a symbolic check, on inputs of bounded length, in a child process
+that is killed when the check runs past its time limit (`bounded.py`).
 """
 
 from __future__ import annotations
 
 import math
 import re
-import threading
+
+from astuner_judge_math import bounded
 
 _TEXT_COMMANDS = re.compile(r"\\(?:text|textbf|mathrm|mbox|textnormal)\s*\{([^{}]*)\}")
 _DROPPED = (
@@ -101,9 +101,13 @@ def equivalent(
     rel_tol: float = 1e-9,
     abs_tol: float = 1e-6,
     symbolic: bool = True,
-    timeout_s: int = 2,
+    timeout_s: float = 2,
 ) -> bool:
-    """Whether `prediction` states the same answer as `reference`."""
+    """Whether `prediction` states the same answer as `reference`.
+
+    A symbolic check that takes longer than `timeout_s` seconds is stopped
+    and counts as not equal, on whichever thread this runs (see `bounded`).
+    """
     a, b = normalise(prediction), normalise(reference)
     if not a or not b:
         return False
@@ -119,14 +123,6 @@ def equivalent(
     return _symbolic_equal(a, b, timeout_s)
 
 
-def _symbolic_equal(prediction: str, reference: str, timeout_s: int) -> bool:
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
-
-    limit = timeout_s if threading.current_thread() is threading.main_thread() else None
-    configs = [LatexExtractionConfig(), ExprExtractionConfig()]
-    try:
-        gold = parse(f"${reference}$", extraction_config=configs, parsing_timeout=limit)
-        pred = parse(f"${prediction}$", extraction_config=configs, parsing_timeout=limit)
-        return bool(gold and pred and verify(gold, pred, timeout_seconds=limit))
-    except Exception:  # a parse failure or a timeout in sympy means "not shown equal"
-        return False
+def _symbolic_equal(prediction: str, reference: str, timeout_s: float) -> bool:
+    answered, equal = bounded.ask("equal", prediction, reference, limit_s=timeout_s)
+    return answered and bool(equal)

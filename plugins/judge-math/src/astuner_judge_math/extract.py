@@ -11,14 +11,13 @@ number in the text. A reference is the text after `####`, else its last
 
 from __future__ import annotations
 
-import math
 import re
-import threading
 from typing import Any
 
+from astuner_judge_math import bounded
 from astuner_judge_math.compare import looks_like_answer
 
-_BOX_COMMANDS = ("\\boxed", "\\fbox")
+_BOX_COMMAND = re.compile(r"\\(?:boxed|fbox) *")
 # -1,234.5 / 3/4 / 50% / .5 ; a leading sign only when not glued to a word ("x-3" is not "-3").
 _NUMBER = re.compile(r"(?<![\w.])-?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?:\s*/\s*\d+)?%?")
 
@@ -27,15 +26,10 @@ def boxed_answers(text: str) -> list[str]:
     """The contents of every `\\boxed{...}` / `\\fbox{...}`, nested braces included, in order."""
     found: list[str] = []
     start = 0
-    while True:
-        hits = [(text.find(cmd, start), cmd) for cmd in _BOX_COMMANDS]
-        hits = [(i, cmd) for i, cmd in hits if i >= 0]
-        if not hits:
-            return found
-        index, cmd = min(hits)
-        cursor = index + len(cmd)
-        while cursor < len(text) and text[cursor] == " ":
-            cursor += 1
+    # One regex search a box keeps this linear: a `find` per command rescanned the rest of the text
+    # for the command that was absent, a minute for 100,000 `\boxed{1}`.
+    while command := _BOX_COMMAND.search(text, start):
+        cursor = command.end()
         if cursor >= len(text) or text[cursor] != "{":
             start = cursor
             continue
@@ -52,6 +46,7 @@ def boxed_answers(text: str) -> list[str]:
             return found
         found.append(text[cursor + 1 : end].strip())
         start = end + 1
+    return found
 
 
 def last_number(text: str) -> str | None:
@@ -59,45 +54,14 @@ def last_number(text: str) -> str | None:
     return numbers[-1].strip() if numbers else None
 
 
-def math_verify_answer(text: str, timeout_s: int = 2) -> str | None:
-    """The answer `math_verify.parse` finds in prose (LaTeX first, then expressions), as text.
-
-    The text is math-verify's own match (`\\frac{3}{4}`, `x = \\frac{1}{2}`,
-    `1200.50`), so `compare.equivalent` reads it like any other answer; a
-    percentage math-verify recognised (its value is the number / 100) keeps
-    its `%`. None when it finds nothing it could turn into a value.
-    """
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
-
-    # math-verify's time limit uses SIGALRM, which only the main thread can set.
-    limit = timeout_s if threading.current_thread() is threading.main_thread() else None
-    configs = [LatexExtractionConfig(), ExprExtractionConfig()]
-    try:
-        found = parse(text, extraction_config=configs, parsing_timeout=limit)
-    except Exception:  # a parse failure or a timeout in sympy: no answer found this way
-        return None
-    if len(found) < 2:  # only a string: math-verify matched something it could not evaluate
-        return None
-    value, answer = found[0], str(found[1]).strip()
-    if not answer:
-        return None
-    return f"{answer}%" if _is_percentage(value, answer) else answer
-
-
-def _is_percentage(value: Any, answer: str) -> bool:
-    try:
-        shown = float(answer)  # only a plain number can be a percentage here
-        # math-verify keeps `25%` as the unevaluated 25·(1/100); `doit()` evaluates it
-        meant = float(value.doit() if hasattr(value, "doit") else value)
-    except (TypeError, ValueError):
-        return False
-    return shown != 0 and math.isclose(meant, shown / 100) and not math.isclose(meant, shown)
-
-
-def extract_prediction(text: str | None, *, timeout_s: int = 2) -> str | None:
+def extract_prediction(text: str | None, *, timeout_s: float = 2) -> str | None:
     """The model's final answer in `text`, or None when it gave none.
 
-    `timeout_s` limits math-verify's extraction from prose (on the main thread).
+    From prose, the answer is math-verify's own match (`\\frac{3}{4}`,
+    `x = \\frac{1}{2}`, `1200.50`; a percentage it recognised keeps its `%`),
+    else the last number. math-verify gets `timeout_s` seconds, on whichever
+    thread this runs; text it cannot read in time has no answer, rather than
+    whatever number it happens to end with.
     """
     if text is None:
         return None
@@ -112,7 +76,10 @@ def extract_prediction(text: str | None, *, timeout_s: int = 2) -> str | None:
         return tail.splitlines()[0].strip() if tail else None
     if looks_like_answer(text):
         return text
-    return math_verify_answer(text, timeout_s) or last_number(text)
+    answered, found = bounded.ask("prose_answer", text, limit_s=timeout_s)
+    if not answered:
+        return None
+    return found or last_number(text)
 
 
 def extract_reference(value: Any) -> str | None:

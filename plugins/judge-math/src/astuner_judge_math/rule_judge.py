@@ -28,8 +28,11 @@ class MathAnswerSettings(BaseModel):
     rel_tol: float = Field(1e-9, ge=0, description="Relative tolerance between numeric answers.")
     abs_tol: float = Field(1e-6, ge=0, description="Absolute tolerance between numeric answers.")
     symbolic: bool = Field(True, description="Check non-numeric answers symbolically with math-verify.")
-    symbolic_timeout_s: int = Field(
-        2, ge=1, description="Time limit of one symbolic check, and of extracting an answer from prose."
+    symbolic_timeout_s: float = Field(
+        2,
+        gt=0,
+        description="Time limit in seconds of one symbolic check, and of extracting an answer from prose; "
+        "past it the check is stopped (on any thread) and finds no match.",
     )
     reward_correct: float = Field(1.0, description="Reward of a correct answer.")
     reward_wrong: float = Field(0.0, description="Reward of a wrong or missing answer.")
