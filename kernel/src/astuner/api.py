@@ -38,6 +38,7 @@ from astuner.companions import (
 )
 from astuner.components import build, build_reader, check_plugin_blocks, engine_name, plugin_settings
 from astuner.config import AstunerConfig, load_config
+from astuner.config_yaml import load_yaml
 from astuner.core.chat import normalize_messages
 from astuner.core.demonstrations import (
     DemonstrationError,
@@ -225,6 +226,7 @@ __all__ = [  # noqa: RUF022
     "engine_settings",
     "flatten",
     "load_config",
+    "load_yaml",
     "lookup",
     "nest",
     "plugin_settings",

@@ -18,6 +18,8 @@ from pydantic import BaseModel, ValidationError
 
 from astuner import compat
 from astuner.config_errors import describe_origin, explain_validation_error, yaml_line
+from astuner.config_yaml import load_yaml
+from astuner.errors import ConfigError
 
 ENV_PREFIX = "ASTUNER__"
 PASSTHROUGH_BLOCKS = ("verl", "trinity")
@@ -137,7 +139,7 @@ def _deepest_prefix(data: dict[str, Any], dotted: str) -> str | None:
 
 def _has_root(path: Path, root: str) -> bool:
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        raw = load_yaml(path.read_text(encoding="utf-8"), f"Config file '{path}'")
+    except (OSError, yaml.YAMLError, UnicodeDecodeError, ConfigError):
         return False
     return isinstance(raw, dict) and root in raw

@@ -22,7 +22,17 @@ from pathlib import Path
 
 import yaml
 
-from astuner.api import AstunerConfig, AstunerError, Plugins, build, build_once, cache_dir, checkpoint_of
+from astuner.api import (
+    AstunerConfig,
+    AstunerError,
+    ConfigError,
+    Plugins,
+    build,
+    build_once,
+    cache_dir,
+    checkpoint_of,
+    load_yaml,
+)
 
 ADAPTER_CONFIG = "adapter_config.json"
 LATEST = "latest"
@@ -82,8 +92,9 @@ def latest_checkpoint(config: AstunerConfig, plugins: Plugins, experiment_root: 
 def _recorded_backbone(run: Path) -> str:
     """The backbone a run folder's `config.yaml` names ('' when it cannot be read)."""
     try:
-        block = (yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8")) or {}).get("astuner")
-    except (OSError, yaml.YAMLError, AttributeError):
+        path = run / "config.yaml"
+        block = (load_yaml(path.read_text(encoding="utf-8"), f"Config file '{path}'") or {}).get("astuner")
+    except (OSError, ValueError, yaml.YAMLError, ConfigError, AttributeError):
         return ""
     return str(block.get("backbone") or "") if isinstance(block, dict) else ""
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from astuner.api import STATUS_FILE, RunStatus, read_metrics, read_status
+from astuner.api import STATUS_FILE, ConfigError, RunStatus, load_yaml, read_metrics, read_status
 
 _MAX_DEPTH = 3
 _STEP_FILE = re.compile(r"step_(\d+)\.jsonl$")
@@ -164,8 +164,9 @@ def read_config(run: Path, root: Path | None = None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
+        # Bounded: a crafted config.yaml (an alias bomb) in a records folder must not hang the viewer.
+        data = load_yaml(path.read_text(encoding="utf-8"), f"Config file '{path}'")
+    except (OSError, ValueError, yaml.YAMLError, ConfigError):
         return {}
     block = data.get("astuner") if isinstance(data, dict) else None
     return block if isinstance(block, dict) else {}
