@@ -28,7 +28,7 @@ from typing import Any, BinaryIO
 # The parent kills an overrunning child at its limit; this backstop is for a parent that cannot.
 _GRACE_S = 1.0
 # A check that builds huge numbers fails with MemoryError here, fast, instead of swapping.
-_MEMORY_LIMIT = 2 << 30
+_HEADROOM = 2 << 30
 
 
 def symbolic_equal(prediction: str, reference: str) -> bool:
@@ -80,18 +80,11 @@ OPS = {"equal": symbolic_equal, "prose_answer": prose_answer}
 
 
 def serve(requests: BinaryIO, replies: BinaryIO) -> None:
-    """Answer requests until `requests` closes."""
+    """Say ready, then answer requests until `requests` closes."""
 
     def reply(message: dict[str, Any]) -> None:
         replies.write(json.dumps(message).encode() + b"\n")
         replies.flush()
-
-    # Its one warning says that it sets no time limit of its own: the parent sets it.
-    logging.getLogger("math_verify").setLevel(logging.ERROR)
-    # Loaded and warmed before "ready": the first parse builds the LaTeX grammar (0.3 s, more on a
-    # busy machine), which would otherwise count against the first check's limit.
-    symbolic_equal("\\sqrt{8}", "2\\sqrt{2}")
-    prose_answer("so $x = \\frac{1}{2}$")
 
     reply({"ready": True})
     for line in requests:
@@ -103,13 +96,17 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
 
 
 def _limit_memory() -> None:
+    """Allow _HEADROOM more address space than the warm process has (allocators reserve differently)."""
     try:
         import resource
 
+        with open("/proc/self/statm") as statm:
+            soft = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE") + _HEADROOM
         _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        soft = _MEMORY_LIMIT if hard == resource.RLIM_INFINITY else min(_MEMORY_LIMIT, hard)
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-    except (ImportError, ValueError, OSError):  # no such limit on this system
+    except (ImportError, OSError, ValueError):  # no /proc or no such limit here: the time limit still holds
         pass
 
 
@@ -118,6 +115,12 @@ def main() -> None:
     signal.signal(signal.SIGALRM, signal.SIG_DFL)
     # Ctrl-C in a terminal reaches the whole process group; the parent decides when this child ends.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Its one warning says that it sets no time limit of its own: the parent sets it.
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    # Warmed before "ready": the first parse builds the LaTeX grammar (0.3 s, more on a busy
+    # machine), which would otherwise count against the first check's limit.
+    symbolic_equal("\\sqrt{8}", "2\\sqrt{2}")
+    prose_answer("so $x = \\frac{1}{2}$")
     _limit_memory()
     # Replies go on a private copy of stdout; a stray print in a library goes to stderr instead.
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
