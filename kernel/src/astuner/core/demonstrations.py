@@ -89,9 +89,11 @@ def demonstration_trajectory(
     for i in turns:
         prepared = tracker.prepare(msgs[:i], tool_list, agent_name)
         if prepared.stop_reason is not None:
+            # A prompt too long by its size alone is not encoded (core.token_bound): no count to give.
+            tokens = len(prepared.prompt_ids) or f"over {settings.max_model_len:,}"
             raise DemonstrationError(
                 f"assistant turn {i}: the prompt leaves no room for a reply within rollout.max_model_len "
-                f"({len(prepared.prompt_ids)} prompt tokens)"
+                f"({tokens} prompt tokens)"
             )
         try:
             ids = reply_ids(tracker, prepared, msgs[i])

@@ -32,7 +32,8 @@ as the agent echoes it) plus any new messages, with the same tools.
 Guards: tool/environment messages longer than `max_env_len` tokens are
 clipped with a visible marker; a prompt that leaves no room for
 `max_response_length_in_one_turn` within `max_model_len` is not sent: the
-tracker sets `context_overflow` and the call gets an empty stop reply.
+tracker sets `context_overflow` and the call gets an empty stop reply (text
+too long to fit by its size alone is not even encoded: `core.token_bound`).
 
 Hand-written rather than re-applying the chat template each call: retokenised
 history is not the ids the model sampled, and training would score those.
@@ -47,6 +48,7 @@ from typing import Any, Literal
 
 from astuner.core.chat import Message, normalize_messages
 from astuner.core.madness import MadnessMonitor
+from astuner.core.token_bound import TooLong, encode_within
 from astuner.core.tokenizer import ChatTokenizer
 from astuner.core.toolcalls import get_tool_parser
 from astuner.core.toolformat import resolve_tool_format
@@ -150,26 +152,29 @@ class ContextTracker:
         ids: list[int] | None = None
         text: str | None = None
         source: PromptSource = "template"
-        if continues and self.settings.mode == "cumulative":
-            assert ctx is not None
-            text = self.render(msgs, tool_list, True)
-            delta = self._delta(ctx, msgs, text)
-            if delta is None:
-                source = "fallback"
-            else:
-                ids, source = ctx.ids + delta, "cumulative"
-        if ids is None:
-            text = text or self.render(msgs, tool_list, True)
-            ids = self.tokenizer.encode(text)
+        try:
+            if continues and self.settings.mode == "cumulative":
+                assert ctx is not None
+                text = self.render(msgs, tool_list, True)
+                delta = self._delta(ctx, msgs, text)
+                if delta is None:
+                    source = "fallback"
+                else:
+                    ids, source = ctx.ids + delta, "cumulative"
+            if ids is None:
+                text = text or self.render(msgs, tool_list, True)
+                ids = encode_within(self.tokenizer, text, self.settings.max_model_len)
+        except TooLong:
+            ids, source = [], "none"
         prep = self._prepared(agent_name, msgs, tool_list, ids, source, t0, None)
         prep.rendered = text
-        if continues and source != "cumulative":
+        if continues and source not in ("cumulative", "none"):
             assert ctx is not None
             n = len(ctx.ids)
             prep.drift = len(ids) < n or ids[:n] != ctx.ids
         prep.new_context = ctx is not None and not continues
         room = self.settings.max_model_len - len(ids)
-        if len(ids) + self.settings.max_response_length_in_one_turn > self.settings.max_model_len:
+        if source == "none" or self.settings.max_response_length_in_one_turn > room:
             prep.stop_reason = "context_overflow"
         prep.max_new_tokens = max(0, min(self.settings.max_response_length_in_one_turn, room))
         prep.prepare_s = time.perf_counter() - t0
@@ -242,7 +247,7 @@ class ContextTracker:
         cut = rest.find(eot)
         if cut < 0:
             return None
-        delta = self.tokenizer.encode(rest[cut + len(eot) :])
+        delta = encode_within(self.tokenizer, rest[cut + len(eot) :], self.settings.max_model_len)
         # A reply cut off by the length budget never wrote its end-of-turn token:
         # the template closes the turn, so the token is a prompt token here.
         return delta if ctx.closed else [self.tokenizer.end_of_turn_id, *delta]

@@ -22,7 +22,8 @@ PromptSource = Literal["template", "cumulative", "fallback", "none"]
 context, template mode, or a new context); `cumulative`: previous prompt +
 response + the template's delta for new messages; `fallback`: cumulative
 mode had to re-render because the delta was not a pure extension; `none`:
-no prompt was built (the call was stopped before rendering).
+no prompt ids were made (the call was stopped before rendering, or its text
+alone was too long to fit in `max_model_len` tokens and was not encoded).
 """
 
 FinishReason = str
