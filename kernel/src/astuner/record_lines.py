@@ -12,7 +12,8 @@ whole history and a request may carry megabytes:
   {"call": j}}]`;
 - a text longer than `TEXT_LIMIT` characters in a message or tool keeps its
   head and tail around a `CLIP_NOTE` that says how much was cut, all three
-  within the limit (the call's `prompt_ids` still hold it whole).
+  within the limit (the call's `prompt_ids` still hold it whole, unless the
+  call overflowed the context: its note then says they do not).
 
 `trajectory_line` writes that form and `load_trajectory` reads it back, with
 the repeated messages restored; a line written before this form reads as it
@@ -30,6 +31,11 @@ TEXT_LIMIT = 32_768
 REPEATS = "astuner.repeats"
 CLIP_NOTE = (
     "\n[astuner: {cut} characters of this text are not kept in the record; the call's prompt_ids hold it]\n"
+)
+# A context overflow keeps at most max_model_len prompt ids, maybe none (`LLMCall.prompt_ids_omitted`).
+OVERFLOW_CLIP_NOTE = (
+    "\n[astuner: {cut} characters of this text are not kept in the record; the call overflowed the "
+    "context and kept only part of its prompt_ids, if any]\n"
 )
 CLIPPED = re.compile(r"\[astuner: ([\d,]+) characters of this text are not kept in the record")
 
@@ -65,7 +71,8 @@ def _bounded(calls: list[LLMCall]) -> list[LLMCall]:
     last: dict[str, tuple[int, LLMCall]] = {}  # agent -> the position of its previous call, and that call
     out = []
     for position, call in enumerate(calls):
-        messages, tools = call.messages, _clip(call.tools)
+        note = CLIP_NOTE if call.prompt_ids_omitted == 0 else OVERFLOW_CLIP_NOTE
+        messages, tools = call.messages, _clip(call.tools, note)
         kept: list[dict[str, Any]] = []
         if call.agent_name in last:
             before, previous = last[call.agent_name]
@@ -81,20 +88,20 @@ def _bounded(calls: list[LLMCall]) -> list[LLMCall]:
             if call.tools and call.tools == previous.tools:
                 tools = [{REPEATS: {"call": before}}]
         last[call.agent_name] = (position, call)
-        kept.extend(_clip(message) for message in messages)
+        kept.extend(_clip(message, note) for message in messages)
         out.append(call.model_copy(update={"messages": kept, "tools": tools}))
     return out
 
 
-def _clip(value: Any) -> Any:
+def _clip(value: Any, note: str) -> Any:
     if isinstance(value, str) and len(value) > TEXT_LIMIT:
         # Head, note and tail fit in the limit, so a record read back and written again stays as it is.
-        half = (TEXT_LIMIT - len(CLIP_NOTE.format(cut=f"{len(value):,}"))) // 2
-        return value[:half] + CLIP_NOTE.format(cut=f"{len(value) - 2 * half:,}") + value[-half:]
+        half = (TEXT_LIMIT - len(note.format(cut=f"{len(value):,}"))) // 2
+        return value[:half] + note.format(cut=f"{len(value) - 2 * half:,}") + value[-half:]
     if isinstance(value, dict):
-        return {key: _clip(item) for key, item in value.items()}
+        return {key: _clip(item, note) for key, item in value.items()}
     if isinstance(value, list):
-        return [_clip(item) for item in value]
+        return [_clip(item, note) for item in value]
     return value
 
 

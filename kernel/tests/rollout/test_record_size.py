@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from astuner import Task, WorkflowOutput
-from astuner.core.tracker import TrackerSettings
+from astuner.core.tracker import ContextTracker, TrackerSettings
 from astuner.record import append_trajectories, read_trajectories
 from astuner.rollout.engine import SamplingParams
 from astuner.rollout.gateway import Gateway
@@ -94,6 +94,7 @@ def test_a_4_mb_request_is_a_context_overflow_told_unencoded_and_its_record_line
     (call,) = trajectory.calls
     assert call.finish_reason == "context_overflow" and not call.trainable
     assert call.prompt_ids == [] and call.prompt_source == "none"  # never encoded: it cannot fit
+    assert call.prompt_ids_omitted is None  # how many ids it would have made is not known
     line, path = written(trajectory, tmp_path)
     assert len(line) < 100_000, f"{len(line):,} bytes"
 
@@ -102,8 +103,29 @@ def test_a_4_mb_request_is_a_context_overflow_told_unencoded_and_its_record_line
     head, tail, cut = clipped(kept)
     assert len(kept) <= 32_768 and len(head) > 16_000 and len(tail) > 16_000
     assert text.startswith(head) and text.endswith(tail) and len(head) + cut + len(tail) == len(text)
+    assert "the call overflowed the context and kept only part of its prompt_ids, if any]" in kept
     # Written again (as `astuner sft` writes the records it trains on), the line stays as it is.
     assert written(back, tmp_path / "again")[0] == line
+
+
+def test_an_overflowed_call_keeps_at_most_max_model_len_prompt_ids_and_counts_the_rest(
+    make_runner, qwen25, tmp_path: Path
+) -> None:
+    text = document(100_000)  # encoded (it might fit by its size) to some 76,000 ids
+    trajectory = rollout(make_runner, text, turns=1)
+    (call,) = trajectory.calls
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}]
+    whole = ContextTracker(qwen25, TrackerSettings()).prepare(messages, TOOLS).prompt_ids
+    assert call.finish_reason == "context_overflow" and len(whole) > 4 * 18000
+    assert call.prompt_ids == whole[:18000] and call.prompt_ids_omitted == len(whole) - 18000
+    line, path = written(trajectory, tmp_path)
+    assert len(line) < 200_000, f"{len(line):,} bytes"
+    (back,) = read_trajectories(path)
+    assert (back.calls[0].prompt_ids, back.calls[0].prompt_ids_omitted) == (whole[:18000], len(whole) - 18000)
+    # A line written before the count was kept reads as a call whose prompt is whole, as it then was.
+    older = line.replace(f'"prompt_ids_omitted":{call.prompt_ids_omitted},', "")
+    path.write_text(older + "\n", encoding="utf-8")
+    assert read_trajectories(path)[0].calls[0].prompt_ids_omitted == 0
 
 
 def test_messages_a_call_repeats_are_kept_once_and_read_back_whole(make_runner, tmp_path: Path) -> None:

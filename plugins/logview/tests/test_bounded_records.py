@@ -105,3 +105,43 @@ def test_the_page_says_the_record_shortened_a_text(page, serve, tmp_path: Path, 
     assert len(document) - LIMIT < cut < len(document) - LIMIT + 200
     marked = f"[astuner: {cut:,} characters of this text are not kept"
     assert marked in page.locator(".conversation").inner_text()
+
+
+def overflowing() -> tuple[Trajectory, int]:
+    """A reply, then two calls that overflow a 2,000-token context: one encoded (its prompt whole
+    would be the returned count of ids), one whose new text alone is too long to encode."""
+    tokenizer = ChatTokenizer(qwen25_tokenizer())
+    settings = TrackerSettings(max_model_len=2000, max_response_length_in_one_turn=100)
+    tracker = ContextTracker(tokenizer, settings)
+    messages = [{"role": "user", "content": "Hello."}]
+    reply = [*tokenizer.encode("Hi."), tokenizer.end_of_turn_id]
+    first = tracker.record(tracker.prepare(messages), reply, [LOGPROB] * len(reply))
+    messages.append(echo_assistant(first, "default"))
+    long = [*messages, {"role": "user", "content": about(10_000)}]
+    whole = len(ContextTracker(tokenizer, settings).prepare(long).prompt_ids)
+    tracker.record(tracker.prepare(long))
+    # 100,000 bytes: over 2,000 tokens of the longest this tokenizer has (16 bytes, '</tool_response>').
+    tracker.record(tracker.prepare([*messages, {"role": "user", "content": about(100_000)}]))
+    trajectory = tracker.trajectory("doc-2", task_id="doc", group_id="g", reward=1.0, is_success=True)
+    return trajectory, whole
+
+
+def test_an_overflowed_call_shows_how_much_of_its_prompt_the_record_kept(
+    page, serve, tmp_path: Path, calc_run: Path
+) -> None:
+    trajectory, whole = overflowing()
+    run = write_hint_run(tmp_path, calc_run)
+    (run / "rollouts" / "step_1.jsonl").unlink()
+    append_trajectories(run / "rollouts" / "step_1.jsonl", [trajectory])
+    shown = view(serve, tmp_path, run, "step_1.jsonl")
+    counts = [(t["response"]["prompt_tokens"], t["response"]["prompt_ids_omitted"]) for t in shown["turns"]]
+    assert whole > 2000 and counts[1:] == [(2000, whole - 2000), (0, None)] and counts[0][1] == 0
+    assert [s["calls"] for s in shown["samples"]] == [[0]]  # overflowed calls are never trained
+
+    page.goto(serve(tmp_path).url)
+    page.locator(".trajectory-row").first.click()
+    page.wait_for_selector(".conversation .turn-head")
+    heads = page.locator(".conversation .turn-head").all_inner_texts()
+    assert f"2,000 of {whole:,} prompt tokens kept + 0 generated tokens · context_overflow" in heads[1]
+    assert "prompt too long to encode (not kept) + 0 generated tokens · context_overflow" in heads[2]
+    assert f"{counts[0][0]} prompt + {len(trajectory.calls[0].response_ids)} generated tokens" in heads[0]

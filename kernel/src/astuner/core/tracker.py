@@ -306,6 +306,10 @@ class ContextTracker:
             if prepared.stop_reason == "context_overflow":
                 st.context_overflows += 1
                 self.context_overflow = True
+                # Never sent nor trained: a context's worth of the prompt is plenty to see what overflowed.
+                call.prompt_ids = prepared.prompt_ids[: self.settings.max_model_len]
+                omitted = len(prepared.prompt_ids) - len(call.prompt_ids)
+                call.prompt_ids_omitted = None if prepared.prompt_source == "none" else omitted
             call.finish_reason = prepared.stop_reason
             call.trainable = False
         else:

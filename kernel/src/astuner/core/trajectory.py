@@ -96,7 +96,11 @@ class LLMCall(BaseModel):
 
     `prompt_ids` is exactly what the engine was given and `response_ids`
     exactly what it generated (the end-of-turn token included when the
-    model stopped on it); `response_logprobs[i]` is the sampling log-prob of
+    model stopped on it). A `context_overflow` call was given nothing: it
+    keeps at most `max_model_len` ids of its prompt, the first, and
+    `prompt_ids_omitted` counts the rest (None: the prompt was not encoded
+    at all, its text alone being too long to fit); every other call has 0
+    there. `response_logprobs[i]` is the sampling log-prob of
     `response_ids[i]`, or None when the engine gives none. `tool_parse_error`
     says why a reply that tried to call a tool could not be read (the
     agent then got `content`, the plain text; `tool_call_errors` has each
@@ -115,6 +119,7 @@ class LLMCall(BaseModel):
     messages: list[dict[str, Any]] = Field(default_factory=list)
     tools: list[dict[str, Any]] | None = None
     prompt_ids: list[int] = Field(default_factory=list)
+    prompt_ids_omitted: int | None = 0
     response_ids: list[int] = Field(default_factory=list)
     response_logprobs: list[float] | None = None
     finish_reason: FinishReason = "stop"

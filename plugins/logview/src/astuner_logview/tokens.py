@@ -167,6 +167,7 @@ def _response(call: LLMCall) -> dict[str, Any]:
         "trainable": call.trainable,
         "madness": call.madness,
         "prompt_tokens": len(call.prompt_ids),
+        "prompt_ids_omitted": call.prompt_ids_omitted,
         "response_tokens": len(call.response_ids),
     }
 

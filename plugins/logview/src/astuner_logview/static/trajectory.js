@@ -154,16 +154,26 @@ function messageBox(message) {
   return box;
 }
 
+// A context overflow keeps at most max_model_len ids of its prompt, none when its text was too long to encode.
+function tokenCounts(r) {
+  const omitted = r.prompt_ids_omitted;
+  const n = (x) => x.toLocaleString("en");
+  const prompt = omitted === null ? "prompt too long to encode (not kept)"
+    : omitted ? `${n(r.prompt_tokens)} of ${n(r.prompt_tokens + omitted)} prompt tokens kept`
+    : `${r.prompt_tokens} prompt`;
+  return `${prompt} + ${r.response_tokens} generated tokens`;
+}
+
 function renderConversation(view) {
   const box = el("div", { class: "conversation" }, el("h3", { text: "Conversation" }), el("p", { class: "agent-note muted" }));
-  if (view.clipped_characters) box.append(el("p", { class: "warning clipped-note", text: `Shortened in the record: ${view.clipped_characters.toLocaleString("en")} characters of long texts are not kept (each cut is marked in place); the calls' token ids hold them whole.` }));
+  if (view.clipped_characters) box.append(el("p", { class: "warning clipped-note", text: `Shortened in the record: ${view.clipped_characters.toLocaleString("en")} characters of long texts are not kept (each cut is marked in place); the token ids of every call that was sent hold them whole.` }));
   const breaks = new Map(view.merge.breaks.map((b) => [b.call, b]));
   for (const turn of view.turns) {
     const r = turn.response;
     const brk = breaks.get(turn.call);
     const head = el("div", { class: "turn-head" },
       `call ${turn.call} · `, el("span", { class: "agent-tag", text: turn.agent }), ` · ${adapterText(turn.adapter)}` +
-      ` · ${r.prompt_tokens} prompt + ${r.response_tokens} generated tokens · ${r.finish_reason}` +
+      ` · ${tokenCounts(r)} · ${r.finish_reason}` +
       (r.policy_version == null ? "" : ` · policy v${r.policy_version}`) +
       (turn.advantage === null ? "" : ` · advantage ${fmt(turn.advantage, 4)}`) +
       (r.trainable ? "" : " · not trained") + (turn.tools.length ? ` · tools: ${turn.tools.join(", ")}` : ""),
