@@ -5,13 +5,19 @@ Real tokenizers throughout: the tiny byte-level BPEs built in `astuner.testing` 
 
 from __future__ import annotations
 
+import json
 import random
+from collections.abc import Callable
 
 import pytest
+from tokenizers import Tokenizer
+from transformers import PreTrainedTokenizerFast
 
 from astuner.core.demonstrations import DemonstrationError, demonstration_trajectory
 from astuner.core.token_bound import max_token_bytes, surely_longer
+from astuner.core.tokenizer import ChatTokenizer
 from astuner.core.tracker import ContextTracker, TrackerSettings
+from astuner.testing.tokenizers import QWEN25_TEMPLATE, qwen25_tokenizer
 
 MAX_MODEL_LEN = 2000
 SETTINGS = TrackerSettings(max_model_len=MAX_MODEL_LEN, max_response_length_in_one_turn=100)
@@ -55,7 +61,7 @@ def body(tracker: ContextTracker, size: int) -> str:
 def test_no_text_encodes_to_fewer_tokens_than_the_bound_says(tokenizers, name: str) -> None:
     tok = tokenizers[name]
     per_token = max_token_bytes(tok)
-    assert per_token is not None and max_token_bytes(tok) is per_token  # measured once, then kept
+    assert per_token is not None
     for seed in range(20):
         text = varied_text(seed, 5_000)
         n = len(tok.encode(text))
@@ -124,3 +130,71 @@ def test_a_demonstration_too_long_by_its_size_says_so_without_a_token_count_of_z
     messages = [{"role": "user", "content": "w" * (bound + 1)}, {"role": "assistant", "content": "Hi."}]
     with pytest.raises(DemonstrationError, match=r"max_model_len \(over 2,000 prompt tokens\)"):
         demonstration_trajectory(qwen25, SETTINGS, messages)
+
+
+def variant(edit: Callable[[dict], None]) -> ChatTokenizer:
+    """The tiny Qwen tokenizer with its pipeline changed by `edit` (on its tokenizer.json)."""
+    spec = json.loads(qwen25_tokenizer().backend_tokenizer.to_str())
+    edit(spec)
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(json.dumps(spec)),
+        chat_template=QWEN25_TEMPLATE,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+    )
+    return ChatTokenizer(hf)
+
+
+def drop_whitespace(spec: dict) -> None:
+    spec["pre_tokenizer"] = {
+        "type": "Sequence",
+        "pretokenizers": [{"type": "Whitespace"}, spec["pre_tokenizer"]],
+    }
+
+
+def strip(spec: dict) -> None:
+    spec["normalizer"] = {"type": "Strip", "strip_left": True, "strip_right": True}
+
+
+def swallow_spaces(spec: dict) -> None:
+    for token in spec["added_tokens"]:
+        token["rstrip"] = token["content"] == "<|im_end|>"
+
+
+def fuse_unknown(spec: dict) -> None:
+    # Without the byte-level step, characters outside the vocabulary are unknown: one token for a run.
+    spec["pre_tokenizer"] = spec["pre_tokenizer"]["pretokenizers"][0]
+    unknown = 1 + max(token["id"] for token in spec["added_tokens"])
+    spec["model"]["vocab"]["<unk>"] = unknown
+    spec["model"].update(unk_token="<unk>", fuse_unk=True)
+
+
+@pytest.mark.parametrize(
+    ("edit", "text"),
+    [
+        (drop_whitespace, " " * 5_000 + "hi"),
+        (strip, " " * 5_000 + "hi"),
+        (swallow_spaces, "<|im_end|>" + " " * 5_000),
+        (fuse_unknown, "数据集" * 2_000),
+    ],
+)
+def test_a_tokenizer_that_may_drop_text_has_no_bound_and_its_prompts_are_encoded(
+    edit: Callable[[dict], None], text: str
+) -> None:
+    tok = variant(edit)
+    n = len(tok.encode(text))
+    assert n <= 2 and len(text.encode()) > n * 16 * 100  # a bound from its vocabulary alone would be wrong
+    assert max_token_bytes(tok) is None and not surely_longer(tok, text, n)
+    prompt = [{"role": "user", "content": text * 10}]  # over 2,000 × 16 bytes
+    tracker = ContextTracker(tok, SETTINGS)
+    assert tracker.prepare(prompt).prompt_ids == tok.encode(tracker.render(prompt, None, True))
+
+
+def test_a_normaliser_that_may_shrink_text_widens_the_bound() -> None:
+    tok = variant(lambda spec: spec.update(normalizer={"type": "NFKC"}))
+    assert max_token_bytes(tok) == 4 * len("</tool_response>")
+    # ' temperature' is one token of 12 bytes; spelled in 4-byte bold letters it is 45 bytes.
+    text = " 𝐭𝐞𝐦𝐩𝐞𝐫𝐚𝐭𝐮𝐫𝐞" * 1_000
+    n = len(tok.encode(text))
+    assert n == 1_000 and len(text.encode()) > n * 16  # the vocabulary's 16 bytes alone would be wrong
+    assert not surely_longer(tok, text, n)
