@@ -123,3 +123,23 @@ def test_q_at_a_breakpoint_stops_the_run_as_the_prompt_says(
     assert status["state"] == "killed", status
     assert "stopped by the user" in status["reason"] and "'ON'" in status["reason"], status
     assert not list(run.glob("rollouts/debug.jsonl"))  # the run stopped: no rollouts were written as if done
+
+
+def test_q_outside_an_event_loop_stops_that_caller_only(
+    monkeypatch: pytest.MonkeyPatch, debugging_env
+) -> None:
+    import io
+
+    from astuner.breakpoints import StoppedAtBreakpoint
+
+    def stops_at_sync() -> str:
+        bp("SYNC")
+        return "went on"
+
+    monkeypatch.setenv(DB_TAGS_ENV, "SYNC")
+    monkeypatch.setattr("sys.stdin", io.StringIO("q\n"))
+    with pytest.raises(StoppedAtBreakpoint):
+        stops_at_sync()
+    # A later synchronous bp() (a notebook's next cell) opens pdb again instead of raising the old stop.
+    monkeypatch.setattr("sys.stdin", io.StringIO("c\n"))
+    assert stops_at_sync() == "went on"

@@ -37,9 +37,9 @@ class StoppedAtBreakpoint(KeyboardInterrupt):
     """pdb's `q` at a `bp()` stop: the run ends as it does on Ctrl-C; the message says where."""
 
 
-# The stop a `q` asked for, and the event loop it was asked in (None: no loop ran): that run is
+# The stop a `q` asked for, and the event loop it was asked in: that run is
 # ending. A later run in the same process (a notebook's next tune()) runs on a loop of its own.
-_quit_at: tuple[asyncio.AbstractEventLoop | None, StoppedAtBreakpoint] | None = None
+_quit_at: tuple[asyncio.AbstractEventLoop, StoppedAtBreakpoint] | None = None
 
 
 def enable_tags(tags: str) -> frozenset[str]:
@@ -86,7 +86,10 @@ class _RunPdb(pdb.Pdb):
         except bdb.BdbQuit:
             global _quit_at
             stop = StoppedAtBreakpoint(f"stopped by the user: 'q' at breakpoint '{self.tag}'")
-            _quit_at = (_running_loop(), stop)
+            loop = _running_loop()
+            # Remembered only for the rollouts of a running loop; a stop outside any loop ends the
+            # caller at once, and must not stop later loop-less bp() calls of the process.
+            _quit_at = (loop, stop) if loop is not None else None
             print(f"astuner: stopping the run ('q' at breakpoint '{self.tag}')", file=sys.stderr)
             raise stop from None
 
