@@ -78,7 +78,7 @@ def test_a_line_past_the_bound_is_refused_by_file_line_and_limit(sft) -> None:
 
 
 def test_reading_a_file_says_how_far_it_got(sft, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sft_module, "PROGRESS_EVERY_S", 0.0, raising=False)  # a line per demonstration
+    monkeypatch.setattr(sft_module, "PROGRESS_EVERY_S", 0.0)  # a line per demonstration
     code, output, log = sft([line(f"What is {i} + 2?").encode() for i in range(6)])
     assert code == 0, output
     said = [json.loads(row)["event"] for row in log.splitlines() if "demonstrations read" in row]
