@@ -36,7 +36,17 @@ from astuner.companions import (
     free_port,
     stop_with_parent,
 )
-from astuner.components import build, build_reader, check_plugin_blocks, engine_name, plugin_settings
+from astuner.components import (
+    Engines,
+    SettingsOf,
+    WorkflowSource,
+    build,
+    build_reader,
+    check_plugin_blocks,
+    engine_name,
+    main_engine_model,
+    plugin_settings,
+)
 from astuner.config import AstunerConfig, load_config
 from astuner.config_yaml import load_yaml
 from astuner.core.chat import normalize_messages
@@ -106,6 +116,7 @@ from astuner.rollout.engine import (
     SamplingParams,
     TokenEngine,
 )
+from astuner.rollout.engine_model import EngineModel
 from astuner.rollout.model_tuner import ModelTuner
 from astuner.rollout.sampling import sampling_from_config
 from astuner.rollout.workflow import Workflow, load_workflow
@@ -205,6 +216,11 @@ __all__ = [  # noqa: RUF022
     "SMOLLM2",
     "ChatEngine",
     "ChatReply",
+    "EngineModel",
+    "Engines",
+    "SettingsOf",
+    "WorkflowSource",
+    "main_engine_model",
     "ChatTokenizer",
     "FinishReason",
     "Generation",

@@ -1,25 +1,31 @@
-"""Build the plugins a config names, each with its own validated settings block.
+"""Build the plugins a config names, each with its own validated settings block and named services.
 
 The config keeps plugin sub-blocks as raw mappings (`task_reader.jsonl: {...}`);
 this module checks that every such block belongs to an installed plugin and
 validates it against that plugin's settings model when the plugin is built.
+A factory never sees the whole config: besides its block it gets the
+services its signature names (`build`), and an engine the `EngineModel` it
+serves, made here from the config for the main and the auxiliary models.
 """
 
 from __future__ import annotations
 
 import difflib
 import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from astuner.config import AstunerConfig
 from astuner.config_errors import describe_origin, explain_validation_error
-from astuner.config_sections import ModelConfig
 from astuner.core.toolcalls import tool_parsers
 from astuner.errors import ConfigError, PluginError
 from astuner.plugins import Plugins, Registration, install_hint
 from astuner.protocols import Backbone, Judge, TaskReader, WorkflowExecutor
+from astuner.rollout.engine_model import EngineModel
 
 # `rollout.executor` for workflows run in the runner's own event loop: the default, and no plugin.
 LOCAL_EXECUTOR = "local"
@@ -80,21 +86,153 @@ def plugin_settings(config: AstunerConfig, reg: Registration) -> BaseModel | Non
     return reg.settings()
 
 
-def build(config: AstunerConfig, plugins: Plugins, kind: str, name: str) -> Any:
+SettingsOf = Callable[[str, str], BaseModel | None]
+"""The `settings_of` service: `settings_of(kind, name)`, the validated settings block of a plugin."""
+
+
+@dataclass(frozen=True)
+class WorkflowSource:
+    """The `workflow_source` service: where a run's workflow comes from, for an executor.
+
+    An executor that runs workflows in another process loads the workflow
+    there (`load`) from its name (`rollout.agentscope_workflow`) and the
+    run's search paths, and cuts a remote rollout after `rollout_timeout`
+    seconds, as the runner does.
+    """
+
+    name: str
+    search_paths: tuple[str, ...]
+    rollout_timeout: float
+
+    def load(self, plugins: Plugins) -> Any:
+        """The workflow, ready to call (a `LoadedWorkflow`), as `plugins` provides it."""
+        from astuner.rollout.workflow import adapt_workflow
+
+        reg = plugins.get("workflow", self.name, search_paths=[Path(p) for p in self.search_paths])
+        obj = reg.factory if reg.plugin.startswith("import:") else reg.build()
+        return adapt_workflow(obj, f"'{self.name}'")
+
+
+class Engines:
+    """The `engines` service: builds any installed engine for a model of the plugin's choosing.
+
+    A judge or workflow plugin that needs a model of its own (an LLM judge)
+    builds its engine here from the engine's raw settings block and the
+    `EngineModel` it should serve, never from a copy of the run's config.
+    """
+
+    def __init__(self, plugins: Plugins, search_paths: Sequence[Path] = ()) -> None:
+        self._plugins = plugins
+        self._search_paths = list(search_paths)
+
+    def build(self, name: str, settings: Mapping[str, Any], model: EngineModel, *, key: str = "") -> Any:
+        """Engine `name` serving `model`, with `settings` validated by that engine's settings model.
+
+        `name` may be `auto` (vllm when `model.url` is set, else transformers).
+        `key` is where `settings` came from (`task_judge.x.engine_settings`):
+        errors name it, and the key within it that is wrong.
+        """
+        where = key or "engine settings"
+        try:
+            name = _resolve_engine(name, model.url, self._plugins, where)
+            reg = self._plugins.get("engine", name, search_paths=self._search_paths)
+        except PluginError as exc:
+            raise ConfigError(f"{where}: {exc}") from exc
+        validated = None
+        if reg.settings is not None:
+            try:
+                validated = reg.settings.model_validate(dict(settings))
+            except ValidationError as exc:
+                raise ConfigError(
+                    explain_validation_error(exc, reg.settings, None, {}, {}, prefix=key)
+                ) from exc
+        elif settings:
+            raise ConfigError(
+                f"{where}: engine '{name}' takes no settings, yet {sorted(settings)} were given."
+            )
+        return _call(reg, validated, {}, model)
+
+
+def main_engine_model(config: AstunerConfig) -> EngineModel:
+    """The policy's model as its engine serves it: `model.path`, `rollout.*`, `trainer_common.seed`."""
+    r = config.rollout
+    return EngineModel(
+        path=config.model.path,
+        url=r.engine_url,
+        max_model_len=r.max_model_len,
+        max_tokens=r.max_response_length_in_one_turn,
+        tensor_parallel_size=r.tensor_model_parallel_size,
+        seed=config.trainer_common.seed,
+    )
+
+
+def auxiliary_engine_model(config: AstunerConfig, name: str) -> EngineModel:
+    """Auxiliary model `name` as its engine serves it: its own entry; the main model's never reach it."""
+    spec = config.auxiliary_models[name]
+    return EngineModel(
+        path=spec.path,
+        url=spec.engine_url,
+        max_model_len=spec.max_model_len,
+        max_tokens=spec.max_tokens,
+        tensor_parallel_size=spec.tensor_model_parallel_size,
+        seed=config.trainer_common.seed,
+    )
+
+
+def judge_engine_model(config: AstunerConfig) -> EngineModel | None:
+    """The judging model `task_judge.alien_llm_model` names (None: unset), with its reply budget."""
+    judge = config.task_judge
+    if not judge.alien_llm_model:
+        return None
+    return EngineModel(
+        path=judge.alien_llm_model,
+        max_tokens=judge.alien_llm_response_length,
+        seed=config.trainer_common.seed,
+    )
+
+
+def _services(
+    config: AstunerConfig, plugins: Plugins, run_folder: Path | None
+) -> dict[str, Callable[[], Any]]:
+    """The named services a factory may declare, each made only when one does."""
+    paths = config.search_paths()
+    return {
+        "engines": lambda: Engines(plugins, paths),
+        "judge_model": lambda: judge_engine_model(config),
+        "run_folder": lambda: run_folder,
+        "settings_of": lambda: (
+            lambda kind, name: plugin_settings(config, plugins.get(kind, name, search_paths=paths))
+        ),
+        "workflow_source": lambda: WorkflowSource(
+            name=config.rollout.agentscope_workflow or "",
+            search_paths=tuple(str(p.resolve()) for p in paths),
+            rollout_timeout=config.rollout.rollout_timeout,
+        ),
+    }
+
+
+def build(
+    config: AstunerConfig, plugins: Plugins, kind: str, name: str, *, run_folder: Path | None = None
+) -> Any:
     """Find `name` among plugins of `kind` (or import it) and build it with its settings.
 
-    A factory that declares a `config` and/or `plugins` parameter also gets
-    the resolved config and the plugin manager (e.g. a judge that builds an
-    auxiliary model from `task_judge.alien_llm_model`).
+    The factory gets its validated settings block, and, by keyword, each of
+    the named services (`engines`, `judge_model`, `run_folder`,
+    `settings_of`, `workflow_source`) whose name its signature declares:
+    never the whole config.
     """
     reg = plugins.get(kind, name, search_paths=config.search_paths())
-    extra = {
-        key: value for key, value in (("config", config), ("plugins", plugins)) if _accepts(reg.factory, key)
-    }
-    if not extra:
-        return reg.build(plugin_settings(config, reg))
-    settings = plugin_settings(config, reg)
-    return reg.factory(settings, **extra) if reg.settings is not None else reg.factory(**extra)
+    return _call(reg, plugin_settings(config, reg), _services(config, plugins, run_folder))
+
+
+def _call(
+    reg: Registration, settings: BaseModel | None, services: Mapping[str, Callable[[], Any]], *args: Any
+) -> Any:
+    """`reg`'s factory called with its settings (if it has a model), `args`, and the services it declares."""
+    wanted = {key: make() for key, make in services.items() if _accepts(reg.factory, key)}
+    if reg.settings is None:
+        return reg.factory(*args, **wanted)
+    return reg.factory(settings if settings is not None else reg.settings(), *args, **wanted)
 
 
 def _accepts(factory: Any, name: str) -> bool:
@@ -183,9 +321,9 @@ def _resolve_engine(name: str, url: str | None, plugins: Plugins, section: str) 
 
 
 def build_engine(config: AstunerConfig, plugins: Plugins) -> Any:
-    """The configured inference engine, built with its settings and the whole config."""
+    """The configured inference engine: its settings block, serving `main_engine_model(config)`."""
     reg = plugins.get("engine", engine_name(config, plugins), search_paths=config.search_paths())
-    return reg.build(plugin_settings(config, reg), config)
+    return _call(reg, plugin_settings(config, reg), {}, main_engine_model(config))
 
 
 def check_auxiliary_models(config: AstunerConfig, plugins: Plugins) -> None:
@@ -195,28 +333,9 @@ def check_auxiliary_models(config: AstunerConfig, plugins: Plugins) -> None:
 
 
 def build_auxiliary_engine(config: AstunerConfig, plugins: Plugins, name: str) -> Any:
-    """The engine of auxiliary model `name`, built as the main engine is, on that model."""
+    """The engine of auxiliary model `name`: its entry's engine settings, serving that model alone."""
     reg, settings = _auxiliary_engine(config, plugins, name)
-    return reg.build(settings, auxiliary_engine_config(config, name))
-
-
-def auxiliary_engine_config(config: AstunerConfig, name: str) -> AstunerConfig:
-    """The config an auxiliary model's engine is built with.
-
-    Engines read their model, server and context length from `model.path`,
-    `rollout.engine_url`, `rollout.max_model_len` (and their settings from
-    `rollout.engines`), so the auxiliary model's values go there, and the
-    main model's never reach its engine.
-    """
-    spec = config.auxiliary_models[name]
-    aux = config.model_copy(deep=True)
-    aux.model = ModelConfig(path=spec.path)
-    aux.auxiliary_models = {}
-    r = aux.rollout
-    r.engine, r.engine_url, r.engines = spec.engine, spec.engine_url, dict(spec.engines)
-    r.max_model_len, r.max_response_length_in_one_turn = spec.max_model_len, spec.max_tokens
-    r.tensor_model_parallel_size = spec.tensor_model_parallel_size
-    return aux
+    return _call(reg, settings, {}, auxiliary_engine_model(config, name))
 
 
 def _auxiliary_engine(
