@@ -27,7 +27,8 @@ from typing import Any, Protocol
 
 import torch
 
-from astuner.api import AgentPlan, AstunerError, ConfigError
+from astuner.api import AstunerError, ConfigError
+from astuner.training import AgentPlan
 
 # The checkpoint's folder of trained adapters, one subfolder per agent.
 ADAPTERS_DIR = "adapters"

@@ -24,25 +24,21 @@ from typing import Any
 import torch
 from transformers import set_seed
 
-from astuner.api import (
+from astuner.api import AstunerError, ConfigError, Task, Trajectory, get_logger
+from astuner.training import (
     AstunerConfig,
-    AstunerError,
-    ConfigError,
     HealthMonitor,
     MergeReport,
     RolloutParts,
     RolloutRunner,
     RunContext,
     Sample,
-    Task,
-    Trajectory,
     agent_plan,
     append_trajectories,
     build_reader,
     canonical_estimator,
     compute_advantages,
     estimator_names,
-    get_logger,
     merge_trajectory,
     plugin_settings,
     refuse_agent_adapters,

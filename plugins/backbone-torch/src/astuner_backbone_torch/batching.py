@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from astuner.api import Sample
+from astuner.training import Sample
 
 
 @dataclass

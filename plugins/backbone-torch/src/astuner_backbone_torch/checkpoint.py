@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from astuner.api import AstunerConfig, AstunerError, ConfigError, ExperimentDir
+from astuner.api import AstunerError, ConfigError
+from astuner.training import AstunerConfig, ExperimentDir
 
 STATE_JSON = "trainer_state.json"
 STATE_PT = "trainer_state.pt"

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
 
-from astuner.api import FinishReason
+from astuner.training import FinishReason
 from astuner_backbone_torch.models import cache_argument
 from astuner_backbone_torch.prefix_cache import MIN_REUSED_TOKENS, CachedSequence, LayerKV, PrefixStore
 

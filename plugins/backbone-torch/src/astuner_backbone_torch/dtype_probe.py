@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from astuner.api import cache_dir, get_logger
+from astuner.api import get_logger
+from astuner.training import cache_dir
 from astuner_backbone_torch.decoding import RunningBatch, Sampler
 
 PROBE_ROWS = 32

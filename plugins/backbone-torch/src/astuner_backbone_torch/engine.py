@@ -40,7 +40,7 @@ from astuner_backbone_torch.decoding import DecodedRow, RunningBatch, Sampler
 from astuner_backbone_torch.prefix_cache import PrefixStore
 
 if TYPE_CHECKING:
-    from astuner.api import AstunerConfig
+    from astuner.api import EngineModel
 
 
 class TransformersEngineSettings(BaseModel):
@@ -145,17 +145,19 @@ class TransformersEngine:
         self.policy_version = 0
 
     @classmethod
-    def from_config(cls, settings: TransformersEngineSettings, config: AstunerConfig) -> TransformersEngine:
+    def serving(cls, settings: TransformersEngineSettings, served: EngineModel) -> TransformersEngine:
+        """An engine loading `served.path` on its settings' device and dtype (the engine `transformers`)."""
         from transformers import AutoModelForCausalLM
 
         from astuner_backbone_torch.models import resolve_model_dir
 
+        folder = resolve_model_dir(served.path)
         model = AutoModelForCausalLM.from_pretrained(
-            resolve_model_dir(config.model.path), dtype=_dtype(settings.dtype, _device(settings.device))
+            folder, dtype=_dtype(settings.dtype, _device(settings.device))
         )
         model.to(_device(settings.device)).eval()
         engine = cls(model, settings)
-        engine.tokenizer_path = resolve_model_dir(config.model.path)
+        engine.tokenizer_path = folder
         return engine
 
     @property

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from astuner.api import append_rows, pass_at_k, rollout_metrics, scalar_reward, succeeded
+from astuner.training import append_rows, pass_at_k, rollout_metrics, scalar_reward, succeeded
 
 __all__ = ["MetricsLog", "pass_at_k", "rollout_metrics", "scalar_reward", "succeeded"]
 

@@ -16,10 +16,10 @@ import inspect
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from astuner.api import (
+from astuner.api import AstunerError
+from astuner.training import (
     BUILTIN_PREFIX,
     SMOLLM2,
-    AstunerError,
     build_once,
     cache_dir,
     gguf_to_hf_tokenizer,

@@ -15,15 +15,15 @@ from astuner_backbone_torch.engine import TransformersEngineSettings
 from astuner_backbone_torch.settings import TorchSettings
 
 if TYPE_CHECKING:
-    from astuner.api import AstunerConfig
+    from astuner.api import EngineModel
     from astuner_backbone_torch.backbone import TorchBackbone
     from astuner_backbone_torch.engine import TransformersEngine
 
 
-def _transformers_engine(settings: TransformersEngineSettings, config: AstunerConfig) -> TransformersEngine:
+def _transformers_engine(settings: TransformersEngineSettings, model: EngineModel) -> TransformersEngine:
     from astuner_backbone_torch.engine import TransformersEngine
 
-    return TransformersEngine.from_config(settings, config)
+    return TransformersEngine.serving(settings, model)
 
 
 def _torch_backbone(settings: TorchSettings) -> TorchBackbone:
@@ -49,6 +49,12 @@ def register_backbones(register: Register) -> None:
         _torch_backbone,
         settings=TorchSettings,
         summary="GRPO on one machine (CPU or one GPU): PPO-clip, KL, LoRA, checkpoints, exact resume.",
+        reads=(
+            "data.train_batch_size",
+            "trainer_common",
+            "trainer_common.keep_last_checkpoints",
+            "trainer_common.algorithm.rollout_correction",
+        ),
     )
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from astuner.api import AgentPlan, AstunerConfig, agent_plan
+from astuner.training import AgentPlan, AstunerConfig, agent_plan
 from astuner_backbone_torch.adapters import (
     adapter_parameters,
     check_resumed_adapters,

@@ -28,19 +28,14 @@ from pathlib import Path
 
 import torch
 
-from astuner.api import (
+from astuner.api import AstunerError, ChatTokenizer, ConfigError, Trajectory, get_logger, load_tokenizer
+from astuner.training import (
     AstunerConfig,
-    AstunerError,
-    ChatTokenizer,
-    ConfigError,
     DemonstrationError,
     ExperimentDir,
     Sample,
-    Trajectory,
     append_trajectories,
     demonstration_trajectory,
-    get_logger,
-    load_tokenizer,
     merge_trajectory,
     read_demonstrations,
     read_json_lines,

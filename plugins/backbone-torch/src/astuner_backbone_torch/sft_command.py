@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from astuner.api import (
+from astuner.api import get_logger
+from astuner.training import (
     AstunerConfig,
     ConfOption,
     ExperimentDir,
@@ -16,7 +17,6 @@ from astuner.api import (
     check_plugin_blocks,
     close_log_file,
     configure_logging,
-    get_logger,
     handle_user_errors,
     is_verbose,
     load_config,

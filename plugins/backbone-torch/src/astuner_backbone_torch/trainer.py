@@ -41,7 +41,8 @@ from typing import Any, Literal
 
 import torch
 
-from astuner.api import AstunerConfig, Sample, get_logger
+from astuner.api import get_logger
+from astuner.training import AstunerConfig, Sample
 from astuner_backbone_torch.batching import MicroBatch, make_micro_batches
 from astuner_backbone_torch.learners import Learner, UpdateStats
 from astuner_backbone_torch.losses import (

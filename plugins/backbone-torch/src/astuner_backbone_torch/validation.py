@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from astuner.api import (
+from astuner.api import Task, Trajectory
+from astuner.training import (
     AstunerConfig,
     ExperimentDir,
     RolloutRunner,
-    Task,
-    Trajectory,
     append_trajectories,
     pass_at_k,
     rollout_metrics,

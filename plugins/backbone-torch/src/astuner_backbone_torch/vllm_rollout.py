@@ -30,18 +30,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from safetensors.torch import save_file
 
-from astuner.api import (
-    AstunerConfig,
-    ClosesAsync,
-    FollowsPolicy,
-    Generation,
-    PluginError,
-    Plugins,
-    SamplingParams,
-    TokenEngine,
-    get_logger,
-    plugin_settings,
-)
+from astuner.api import ClosesAsync, Generation, SamplingParams, TokenEngine, get_logger, main_engine_model
+from astuner.training import AstunerConfig, FollowsPolicy, PluginError, Plugins, plugin_settings
 from astuner_backbone_torch.models import resolve_model_dir
 from astuner_backbone_torch.policy import Policy
 
@@ -89,7 +79,7 @@ class VllmRollout:
 
         engine = reg.factory(
             plugin_settings(config, reg),
-            config,
+            main_engine_model(config),
             server_args=args,
             server_env=env,
             model_dir=model_dir,

@@ -15,7 +15,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from astuner.api import AstunerError, FinishReason, Generation, SamplingParams
+from astuner.api import AstunerError, Generation, SamplingParams
+from astuner.training import FinishReason
 
 
 class TrinityModelEngine:

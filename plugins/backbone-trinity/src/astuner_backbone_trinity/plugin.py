@@ -35,4 +35,18 @@ def register_backbones(register: Register) -> None:
         "trinity",
         _trinity_backbone,
         summary="Trinity-RFT explorer/trainer on a Ray cluster, the workflow run as a Trinity workflow.",
+        reads=(
+            "trinity",
+            "data.train_batch_size",
+            "data.max_prompt_length",
+            "data.max_response_length",
+            "trainer_common",
+            "trainer_common.nnodes",
+            "trainer_common.n_gpus_per_node",
+            "trainer_common.ulysses_sequence_parallel_size",
+            "rollout.tensor_model_parallel_size",
+            "rollout.multi_turn.expected_steps",
+        ),
+        # the seeds' `trainer_common.trinity_only__n_vllm_engine`: the explorer's engine count
+        key_homes={"n_vllm_engine": "trinity.explorer.rollout_model.engine_num"},
     )

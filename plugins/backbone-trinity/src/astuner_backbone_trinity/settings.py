@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from astuner.api import AstunerConfig, engine_settings
+from astuner.training import AstunerConfig, engine_settings
 
 
 class TrinitySettings(BaseModel):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from astuner.api import (
+from astuner.training import (
     AstunerConfig,
     Source,
     apply_rules,

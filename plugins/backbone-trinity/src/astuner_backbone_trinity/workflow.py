@@ -37,19 +37,14 @@ from trinity.common.experience import Experience
 from trinity.common.workflows.workflow import Task as TrinityTask
 from trinity.common.workflows.workflow import Workflow
 
-from astuner.api import (
-    AstunerError,
+from astuner.api import AstunerError, SamplingParams, Task, Trajectory, get_logger, warn_once
+from astuner.training import (
     EpisodeSource,
     Sample,
-    SamplingParams,
-    Task,
-    Trajectory,
-    get_logger,
     other_temperature_warning,
     reward_of,
     sampling_from_config,
     untrain_other_temperatures,
-    warn_once,
 )
 from astuner_backbone_trinity.model_engine import TrinityModelEngine
 from astuner_backbone_trinity.translate import translate

@@ -47,17 +47,14 @@ from verl.experimental.agent_loop.agent_loop import (
     register,
 )
 
-from astuner.api import (
+from astuner.api import Task, Trajectory, get_logger, warn_once
+from astuner.training import (
     EpisodeSource,
     Sample,
-    Task,
-    Trajectory,
-    get_logger,
     other_temperature_warning,
     reward_of,
     sampling_from_config,
     untrain_other_temperatures,
-    warn_once,
 )
 from astuner_backbone_verl.server_engine import VerlServerEngine
 from astuner_backbone_verl.translate import AGENT_LOOP_NAME

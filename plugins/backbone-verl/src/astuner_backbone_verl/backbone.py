@@ -18,15 +18,8 @@ from typing import Any
 
 import yaml
 
-from astuner.api import (
-    AstunerConfig,
-    AstunerError,
-    RunContext,
-    build_reader,
-    nest,
-    ray_head_for_run,
-    require_gpus,
-)
+from astuner.api import AstunerError
+from astuner.training import AstunerConfig, RunContext, build_reader, nest, ray_head_for_run, require_gpus
 from astuner_backbone_verl.plugin import INSTALL_HINT, astuner_readiness
 from astuner_backbone_verl.translate import AGENT_LOOP_NAME, hydra_overrides, translate
 

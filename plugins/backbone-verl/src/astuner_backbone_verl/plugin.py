@@ -33,4 +33,15 @@ def register_backbones(register: Register) -> None:
         "verl",
         _verl_backbone,
         summary="verl's PPO/GRPO trainer on a Ray cluster, the workflow run as a verl agent loop.",
+        reads=(
+            "verl",
+            "data.train_batch_size",
+            "data.max_prompt_length",
+            "data.max_response_length",
+            "trainer_common",
+            "trainer_common.nnodes",
+            "trainer_common.n_gpus_per_node",
+            "trainer_common.ulysses_sequence_parallel_size",
+            "rollout.tensor_model_parallel_size",
+        ),
     )

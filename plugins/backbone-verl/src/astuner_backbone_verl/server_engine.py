@@ -14,7 +14,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from astuner.api import AstunerError, FinishReason, Generation, SamplingParams
+from astuner.api import AstunerError, Generation, SamplingParams
+from astuner.training import FinishReason
 
 # verl's stop reasons (vLLM's finish reasons, "aborted" on a cancelled request)
 _FINISH: dict[str, FinishReason] = {"length": "length", "abort": "abort", "aborted": "abort"}

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from astuner.api import AstunerConfig, engine_settings
+from astuner.training import AstunerConfig, engine_settings
 
 ROLLOUT = "actor_rollout_ref.rollout"
 FSDP = "actor_rollout_ref.actor.fsdp_config"

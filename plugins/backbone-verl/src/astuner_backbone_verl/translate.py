@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from astuner.api import (
+from astuner.training import (
     AstunerConfig,
     Source,
     apply_rules,

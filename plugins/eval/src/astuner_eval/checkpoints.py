@@ -22,17 +22,8 @@ from pathlib import Path
 
 import yaml
 
-from astuner.api import (
-    AstunerConfig,
-    AstunerError,
-    ConfigError,
-    Plugins,
-    build,
-    build_once,
-    cache_dir,
-    checkpoint_of,
-    load_yaml,
-)
+from astuner.api import AstunerError, ConfigError
+from astuner.training import AstunerConfig, Plugins, build, build_once, cache_dir, checkpoint_of, load_yaml
 
 ADAPTER_CONFIG = "adapter_config.json"
 LATEST = "latest"

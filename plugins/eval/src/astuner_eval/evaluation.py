@@ -23,23 +23,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from astuner.api import (
+from astuner.api import AstunerError, SamplingParams, Split, Task, TaskReader, Trajectory, get_logger
+from astuner.training import (
     AstunerConfig,
-    AstunerError,
     ExperimentDir,
     Plugins,
-    SamplingParams,
-    Split,
-    Task,
-    TaskReader,
-    Trajectory,
     append_rows,
     append_trajectories,
     build_reader,
     close_log_file,
     companions_for_run,
     engine_name,
-    get_logger,
     log_to_file,
     pass_at_k,
     plugin_settings,

@@ -15,16 +15,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from astuner.api import (
+from astuner.api import Split, hookimpl
+from astuner.training import (
     COMPANION_ARGS,
     ConfOption,
     OverrideOption,
     Plugins,
-    Split,
     check_plugin_blocks,
     companion_requests,
     handle_user_errors,
-    hookimpl,
     load_config,
 )
 

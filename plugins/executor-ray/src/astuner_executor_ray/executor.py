@@ -36,23 +36,12 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from astuner.api import (
-    AstunerConfig,
-    AstunerError,
-    Gateway,
-    ModelTuner,
-    Plugins,
-    SamplingParams,
-    Task,
-    WorkflowOutput,
-    WorkflowTask,
-    auxiliary_rollout_id,
-    load_workflow,
-)
+from astuner.api import AstunerError, ModelTuner, SamplingParams, Task, WorkflowOutput, WorkflowTask
+from astuner.training import AstunerConfig, Gateway, Plugins, auxiliary_rollout_id, load_workflow
 from astuner_executor_ray.remote_tuner import remote_model_tuner_class
 
 if TYPE_CHECKING:
-    from astuner.api import RolloutRunner
+    from astuner.training import RolloutRunner
 
 GATEWAY_HOST_ENV = "ASTUNER_GATEWAY_HOST"
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from astuner.api import AstunerConfig, Register, hookimpl
+from astuner.api import Register, hookimpl
+from astuner.training import AstunerConfig
 
 
 def ray_executor(config: AstunerConfig) -> Any:

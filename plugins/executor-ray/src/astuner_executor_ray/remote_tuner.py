@@ -14,16 +14,8 @@ from typing import Any
 
 import httpx
 
-from astuner.api import (
-    AstunerError,
-    ChatReply,
-    LLMCall,
-    ModelTuner,
-    SamplingParams,
-    ToolCall,
-    model_tuner_class,
-    normalize_messages,
-)
+from astuner.api import AstunerError, ChatReply, LLMCall, ModelTuner, SamplingParams, ToolCall
+from astuner.training import model_tuner_class, normalize_messages
 
 
 @dataclass
