@@ -17,7 +17,7 @@ def scripted_app(plugins, tmp_path_factory):
     tokenizer_dir = tmp_path_factory.mktemp("tok")
     qwen25_tokenizer().save_pretrained(tokenizer_dir)
 
-    def make_engine(config):
+    def make_engine(model):
         engine = ScriptedEngine(ChatTokenizer(qwen25_tokenizer()), lambda prompt: "13")
         engine.tokenizer_path = str(tokenizer_dir)
         return engine

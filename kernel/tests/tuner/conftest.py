@@ -26,7 +26,7 @@ def scripted(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     qwen25_tokenizer().save_pretrained(tokenizer_dir)
     built: list[CapturingEngine] = []
 
-    def make_engine(config) -> CapturingEngine:
+    def make_engine(model) -> CapturingEngine:
         engine = CapturingEngine(ChatTokenizer(qwen25_tokenizer()), "4")
         engine.tokenizer_path = str(tokenizer_dir)
         built.append(engine)

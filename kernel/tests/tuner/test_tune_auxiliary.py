@@ -52,7 +52,7 @@ def with_judge_engine(scripted: SimpleNamespace) -> SimpleNamespace:
     """The `scripted` fixture plus engine `oracle` (see `oracle`); `.judges`: the oracle engines built."""
     judges: list[ScriptedEngine] = []
 
-    def make_engine(config) -> ScriptedEngine:
+    def make_engine(model) -> ScriptedEngine:
         engine = ScriptedEngine(ChatTokenizer(qwen25_tokenizer()), oracle)
         engine.tokenizer_path = str(scripted.tokenizer_dir)
         judges.append(engine)

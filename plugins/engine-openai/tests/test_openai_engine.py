@@ -12,7 +12,7 @@ from astuner_engine_openai import OpenAIChatEngine, OpenAIEngineSettings
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from astuner.api import AstunerError, ChatReply, SamplingParams, ThreadedServer, load_config
+from astuner.api import AstunerError, ChatReply, EngineModel, SamplingParams, ThreadedServer
 
 SAMPLING = SamplingParams(temperature=0.0, max_tokens=16)
 MESSAGES = [{"role": "user", "content": "Is 10 ten?"}]
@@ -57,9 +57,9 @@ def endpoint() -> Iterator[RateLimitedEndpoint]:
 
 
 def chat(endpoint: RateLimitedEndpoint, **settings: Any) -> ChatReply:
-    config = load_config(None, environ={})
     engine = OpenAIChatEngine(
-        OpenAIEngineSettings(base_url=endpoint.server.url + "/v1", model="judge-7b", **settings), config
+        OpenAIEngineSettings(base_url=endpoint.server.url + "/v1", model="judge-7b", **settings),
+        EngineModel(path="judge-7b"),
     )
 
     async def go() -> ChatReply:

@@ -11,7 +11,7 @@ import pytest
 from astuner_engine_vllm import VllmEngine, VllmEngineSettings
 from vllm_stub import END, make_app
 
-from astuner.config import load_config
+from astuner.api import EngineModel
 from astuner.errors import AstunerError
 from astuner.rollout.engine import SamplingParams
 from astuner.serving import ThreadedServer
@@ -20,8 +20,8 @@ from astuner.serving import ThreadedServer
 def test_prompts_go_as_token_ids_and_come_back_with_logprobs() -> None:
     seen: list[dict] = []
     with ThreadedServer(make_app(seen)) as server:
-        config = load_config(None, ["rollout.engine_url=" + server.url + "/v1"], environ={})
-        engine = VllmEngine(VllmEngineSettings(), config)
+        model = EngineModel(path="served-model", url=server.url + "/v1")
+        engine = VllmEngine(VllmEngineSettings(), model)
 
         async def go():
             try:
@@ -38,7 +38,7 @@ def test_prompts_go_as_token_ids_and_come_back_with_logprobs() -> None:
     assert cut.finish_reason == "length" and cut.token_ids == [8, 7]
     body = next(b for b in seen if b["prompt"] == [11, 12, 13, 14])
     assert body["return_token_ids"] is True and body["logprobs"] == 1
-    assert body["temperature"] == 0.5 and body["model"] == config.model.path
+    assert body["temperature"] == 0.5 and body["model"] == "served-model"
     assert any(b["stop_token_ids"] == [99] for b in seen)
 
 
@@ -49,8 +49,8 @@ def test_prompts_go_as_token_ids_and_come_back_with_logprobs() -> None:
 def test_missing_logprobs_are_an_error_not_zeros(served: str, cause: str) -> None:
     """Made-up log-probs would give the trainer wrong ratios: a reply without them is an error."""
     with ThreadedServer(make_app(logprobs=served)) as server:
-        config = load_config(None, ["rollout.engine_url=" + server.url + "/v1"], environ={})
-        engine = VllmEngine(VllmEngineSettings(), config)
+        model = EngineModel(path="served-model", url=server.url + "/v1")
+        engine = VllmEngine(VllmEngineSettings(), model)
 
         async def go():
             try:
@@ -68,7 +68,7 @@ def test_missing_logprobs_are_an_error_not_zeros(served: str, cause: str) -> Non
 def test_starts_a_server_when_no_url_and_stops_it_by_pid(tmp_path: Path) -> None:
     stub = Path(__file__).with_name("vllm_stub.py")
     settings = VllmEngineSettings(serve_command=shlex.join([sys.executable, str(stub)]), startup_timeout=60)
-    engine = VllmEngine(settings, load_config(None, environ={}))
+    engine = VllmEngine(settings, EngineModel(path="base-model"))
     assert engine.server is not None
     process = engine.server.process
     assert engine.url.startswith("http://127.0.0.1:")
@@ -87,7 +87,7 @@ def test_a_server_whose_socket_closes_before_it_exits_is_reported_as_exited() ->
     """A failed call gives the server a moment to finish exiting, then names its exit code."""
     stub = Path(__file__).with_name("vllm_stub.py")
     settings = VllmEngineSettings(serve_command=shlex.join([sys.executable, str(stub)]), startup_timeout=60)
-    engine = VllmEngine(settings, load_config(None, environ={}))
+    engine = VllmEngine(settings, EngineModel(path="base-model"))
     assert engine.server is not None
     port = int(engine.url.rsplit(":", 1)[1])
 
@@ -116,7 +116,7 @@ def test_a_server_whose_socket_closes_before_it_exits_is_reported_as_exited() ->
 def test_a_server_that_dies_at_start_is_reported() -> None:
     settings = VllmEngineSettings(serve_command=shlex.join([sys.executable, "-c", "raise SystemExit(3)"]))
     with pytest.raises(AstunerError, match="exited with code 3 before it was ready"):
-        VllmEngine(settings, load_config(None, environ={}))
+        VllmEngine(settings, EngineModel(path="base-model"))
 
 
 def test_a_trainer_gets_its_folder_served_and_its_log_where_it_asks(tmp_path: Path) -> None:
@@ -132,7 +132,7 @@ def test_a_trainer_gets_its_folder_served_and_its_log_where_it_asks(tmp_path: Pa
 
     log = tmp_path / "run" / "vllm.log"
     engine = VllmEngine(
-        settings, load_config(None, environ={}), start_folder=start_folder, default_log=log, model_dir="base"
+        settings, EngineModel(path="base-model"), start_folder=start_folder, default_log=log, model_dir="base"
     )
     try:
         assert engine.server is not None and not engine.attached
@@ -141,8 +141,8 @@ def test_a_trainer_gets_its_folder_served_and_its_log_where_it_asks(tmp_path: Pa
     finally:
         asyncio.run(engine.aclose())
     with ThreadedServer(make_app()) as server:
-        config = load_config(None, ["rollout.engine_url=" + server.url], environ={})
-        attached = VllmEngine(VllmEngineSettings(), config, start_folder=start_folder, model_dir="base")
+        model = EngineModel(path="base-model", url=server.url)
+        attached = VllmEngine(VllmEngineSettings(), model, start_folder=start_folder, model_dir="base")
         asyncio.run(attached.aclose())
     assert attached.attached and attached.server is None
     assert attached.served_name == "base" and len(written) == 1

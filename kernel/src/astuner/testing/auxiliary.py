@@ -25,6 +25,7 @@ from astuner.core.tokenizer import ChatTokenizer
 from astuner.core.trajectory import Trajectory
 from astuner.plugins import Plugins
 from astuner.rollout.engine import Generation, SamplingParams
+from astuner.rollout.engine_model import EngineModel
 from astuner.rollout.stack import rollout_stack
 from astuner.testing.engines import ScriptedEngine
 from astuner.testing.tokenizers import qwen25_tokenizer
@@ -109,9 +110,9 @@ def engines_plugin(plugins: Plugins, folders: SimpleNamespace, lenient: bool = F
     """Engines `solver` and `critic` on `plugins`; what each built is kept in the returned lists."""
     built: SimpleNamespace = SimpleNamespace(solver=[], critic=[])
 
-    def make(kind: str, respond: Callable[[str], str], folder: Path) -> Callable[[AstunerConfig], Any]:
-        def factory(config: AstunerConfig) -> RecordingEngine:
-            engine = RecordingEngine(respond, folder, config.model.path)
+    def make(kind: str, respond: Callable[[str], str], folder: Path) -> Callable[[EngineModel], Any]:
+        def factory(model: EngineModel) -> RecordingEngine:
+            engine = RecordingEngine(respond, folder, model.path)
             getattr(built, kind).append(engine)
             return engine
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from astuner.api import AstunerError, ChatReply, Register, SamplingParams, hookimpl
 
 if TYPE_CHECKING:
-    from astuner.api import AstunerConfig
+    from astuner.api import EngineModel
 
 
 class OpenAIEngineSettings(BaseModel):
@@ -28,8 +28,13 @@ class OpenAIEngineSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    base_url: str | None = Field(None, description="e.g. https://host/v1; default rollout.engine_url.")
-    model: str | None = Field(None, description="Model name; default model.path.")
+    base_url: str | None = Field(
+        None,
+        description="e.g. https://host/v1; default the model's URL (rollout.engine_url for the policy).",
+    )
+    model: str | None = Field(
+        None, description="Model name; default the model's path (model.path for the policy)."
+    )
     api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable with the key.")
     request_timeout: float = Field(600.0, gt=0)
     max_retries: int = Field(
@@ -42,12 +47,12 @@ class OpenAIEngineSettings(BaseModel):
 
 
 class OpenAIChatEngine:
-    """A chat engine: messages in, text and tool calls out."""
+    """A chat engine: messages in, text and tool calls out, for `model` (its path names the served model)."""
 
     trainable = False
 
-    def __init__(self, settings: OpenAIEngineSettings, config: AstunerConfig) -> None:
-        base_url = settings.base_url or config.rollout.engine_url
+    def __init__(self, settings: OpenAIEngineSettings, model: EngineModel) -> None:
+        base_url = settings.base_url or model.url
         if not base_url:
             raise AstunerError(
                 "Engine 'openai' needs an endpoint: set rollout.engines.openai.base_url "
@@ -61,7 +66,7 @@ class OpenAIChatEngine:
                 "missing here): pip install openai."
             ) from exc
         self._openai = openai
-        self.model = settings.model or config.model.path
+        self.model = settings.model or model.path
         self.base_url = base_url.rstrip("/")
         self.max_retries = settings.max_retries
         self._client = openai.AsyncOpenAI(

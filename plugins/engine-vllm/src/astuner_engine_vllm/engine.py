@@ -28,7 +28,7 @@ from astuner.api import AstunerError, Generation, Register, SamplingParams, free
 from astuner_engine_vllm.server import VllmServer, check_model_folder, default_serve_command, max_positions
 
 if TYPE_CHECKING:
-    from astuner.api import AstunerConfig
+    from astuner.api import EngineModel
 
 
 class VllmEngineSettings(BaseModel):
@@ -36,8 +36,14 @@ class VllmEngineSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    url: str | None = Field(None, description="Server base URL; default rollout.engine_url.")
-    model: str | None = Field(None, description="Served model name (or folder to serve); default model.path.")
+    url: str | None = Field(
+        None, description="Server base URL; default the model's URL (rollout.engine_url for the policy)."
+    )
+    model: str | None = Field(
+        None,
+        description="Served model name (or folder to serve); default the model's path "
+        "(model.path for the policy).",
+    )
     api_key: str = "EMPTY"
     request_timeout: float = Field(600.0, gt=0)
     serve_command: str | None = Field(
@@ -63,18 +69,21 @@ class VllmEngineSettings(BaseModel):
 class VllmEngine:
     """A token engine backed by a vLLM server (the `FollowsPolicy` of `astuner.api`).
 
-    `server_args` and `server_env` are added when this engine starts the
-    server (a trainer's LoRA or reload flags); `model_dir` is the folder to
-    serve when `model.path` is not one (a built-in model, resolved by the
-    backbone). When it starts the server, `start_folder` (if given and
-    `model` is not set) writes the folder to serve instead and returns it,
-    and `default_log` is where the server logs unless `log_file` says.
+    `model` is what it serves: its path (or served name), the server's URL
+    (None: start one), and the context length, tensor parallelism and seed
+    a started server gets. `server_args` and `server_env` are added when
+    this engine starts the server (a trainer's LoRA or reload flags);
+    `model_dir` is the folder to serve when the model's path is not one (a
+    built-in model, resolved by the backbone). When it starts the server,
+    `start_folder` (if given and `settings.model` is not set) writes the
+    folder to serve instead and returns it, and `default_log` is where the
+    server logs unless `log_file` says.
     """
 
     def __init__(
         self,
         settings: VllmEngineSettings,
-        config: AstunerConfig,
+        model: EngineModel,
         *,
         server_args: Sequence[str] = (),
         server_env: Mapping[str, str] | None = None,
@@ -83,15 +92,15 @@ class VllmEngine:
         default_log: str | Path | None = None,
     ) -> None:
         self.settings = settings
-        self.model = settings.model or model_dir or config.model.path
+        self.model = settings.model or model_dir or model.path
         self.policy_version: int | None = None
         self.server: VllmServer | None = None
-        url = settings.url or config.rollout.engine_url
+        url = settings.url or model.url
         self.attached = url is not None
         if url is None:
             if start_folder is not None and not settings.model:
                 self.model = start_folder()
-            self.server = self._start(config, server_args, server_env, default_log)
+            self.server = self._start(model, server_args, server_env, default_log)
             url = self.server.url
         self.served_name = self.model
         self.url = url.rstrip("/").removesuffix("/v1")
@@ -103,14 +112,14 @@ class VllmEngine:
 
     def _start(
         self,
-        config: AstunerConfig,
+        model: EngineModel,
         extra_args: Sequence[str],
         env: Mapping[str, str] | None,
         default_log: str | Path | None,
     ) -> VllmServer:
         s = self.settings
         check_model_folder(self.model, "rollout.engines.vllm.model" if s.model else "model.path")
-        max_len = config.rollout.max_model_len
+        max_len = model.max_model_len
         positions = max_positions(self.model)
         if positions is not None and max_len > positions:
             get_logger().info(
@@ -124,8 +133,8 @@ class VllmEngine:
             "--host", "127.0.0.1",
             "--port", str(port),
             "--max-model-len", str(max_len),
-            "--tensor-parallel-size", str(config.rollout.tensor_model_parallel_size),
-            "--seed", str(config.trainer_common.seed),
+            "--tensor-parallel-size", str(model.tensor_parallel_size),
+            "--seed", str(model.seed),
             "--dtype", s.dtype,
             # log-probs after temperature, as the trainer computes them (vLLM's default is before)
             "--logprobs-mode", "processed_logprobs",
