@@ -73,6 +73,7 @@ from astuner.core.tokenizer import (
 from astuner.core.trajectory import LLMCall, Sample, ToolCall, Trajectory
 from astuner.errors import AstunerError, ConfigError, PluginError
 from astuner.hookspecs import Register, hookimpl
+from astuner.lifecycle import RunLifecycle, Runs
 from astuner.logs import close_log_file, configure_logging, get_logger, log_to_file, warn_once
 from astuner.notify import Notifier, RunSummary
 from astuner.plugins import NotReady, Plugins
@@ -288,6 +289,8 @@ __all__ = [  # noqa: RUF022
     "COMPANION_ARGS",
     "companion_requests",
     "companions_for_run",
+    "Runs",
+    "RunLifecycle",
     # processes and servers a plugin starts for a run
     "free_port",
     "stop_with_parent",

@@ -30,6 +30,7 @@ from astuner.config import AstunerConfig, load_config
 from astuner.config_show import annotated_yaml
 from astuner.errors import AstunerError
 from astuner.launch import prepare_run
+from astuner.lifecycle import Runs
 from astuner.logs import configure_logging
 from astuner.plugins import MOVED_OUT, Plugins, command_names, install_hint, kernel_version
 from astuner.protocols import DescribesEngineConfig
@@ -177,14 +178,14 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
             )
         viewer_companion = log_viewer(plugins) if with_logview or keep_logview else None
         config = _load(plugins, conf, override, backbone)
-        prepared = prepare_run(config, plugins, verbose=_State.verbose)
+        prepared = prepare_run(config, plugins, verbose=_State.verbose, companions=companions)
         with ExitStack() as stack:
             viewer = None
             if viewer_companion is not None:
                 page = serving_page(viewer_companion, str(logview_port), config, prepared.experiment.path)
                 viewer = stack.enter_context(page)
                 typer.echo(f"log viewer: {viewer.url}")
-            prepared.execute(with_ray=with_ray, companions=companions)
+            prepared.execute(with_ray=with_ray)
             if viewer is not None and keep_logview:
                 typer.echo(f"run finished; the log viewer stays at {viewer.url} (Ctrl-C to stop)")
                 viewer.wait()
@@ -258,7 +259,7 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
         if not tasks:
             typer.echo(f"(the {split} split is empty)")
 
-    plugins.call_register_commands(app)
+    plugins.call_register_commands(app, Runs(plugins, verbose=is_verbose))
     _name_missing_commands(app)
     return app
 

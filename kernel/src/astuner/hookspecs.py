@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     import typer
     from pydantic import BaseModel
 
+    from astuner.lifecycle import Runs
+
 hookspec = pluggy.HookspecMarker("astuner")
 hookimpl = pluggy.HookimplMarker("astuner")
 
@@ -167,9 +169,16 @@ def register_companions(register: Register) -> None:
 
 
 @hookspec
-def register_commands(cli: typer.Typer) -> None:
+def register_commands(cli: typer.Typer, runs: Runs) -> None:
     """Add sub-commands to the `astuner` command line.
 
     `cli` is the root typer app; add a command or a sub-app to it, e.g.
-    `cli.add_typer(serve_app, name="serve-game")`.
+    `cli.add_typer(serve_app, name="serve-game")`. `runs` (`astuner.api.Runs`)
+    is what the commands need of the kernel: `runs.plugins`, the plugins the
+    command line loaded (never build a second `Plugins()`), and
+    `runs.open(config, command="NAME", companions=...)`, which opens a run of
+    the command as `astuner run` opens its own (a `RunLifecycle`: folder, log
+    file, `status.json`, companions, notifiers, closing lines); wrap the work
+    in `with runs.open(...) as run:` and write into `run.experiment`. A hook
+    that takes only `cli` is fine.
     """

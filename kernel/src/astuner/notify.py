@@ -32,7 +32,11 @@ NOTIFIER_WAIT_S = 30.0
 
 @dataclass(frozen=True)
 class RunSummary:
-    """What a notifier is told: how the run ended and what it produced."""
+    """What a notifier is told: how the run ended and what it produced.
+
+    `command` is the one that ran it (`run`, `eval`, `sft`, a plugin's);
+    `backbone` is the config's, whichever command ran.
+    """
 
     experiment: str
     name: str
@@ -45,6 +49,7 @@ class RunSummary:
     steps: int
     last_metrics: dict[str, float] = field(default_factory=dict)
     checkpoint: str | None = None
+    command: str = "run"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -53,7 +58,8 @@ class RunSummary:
         """One line, for a text message."""
         minutes = self.duration_s / 60
         why = f" ({self.reason})" if self.reason else ""
-        return f"astuner run {self.name} {self.status}{why} after {minutes:.1f} min, {self.steps} steps."
+        done = f"{self.status}{why} after {minutes:.1f} min, {self.steps} steps"
+        return f"astuner {self.command} {self.name} {done}."
 
 
 class Notifier(Protocol):
@@ -63,11 +69,16 @@ class Notifier(Protocol):
 
 
 def summarize(
-    config: AstunerConfig, experiment: ExperimentDir, status: RunStatus, checkpoint: Path | None = None
+    config: AstunerConfig,
+    experiment: ExperimentDir,
+    status: RunStatus,
+    checkpoint: Path | None = None,
+    command: str = "run",
 ) -> RunSummary:
-    """The summary of the run in `experiment` that ended with `status` (absolute paths).
+    """The summary of the run in `experiment` that `command` ran, ended with `status` (absolute paths).
 
-    `checkpoint` is the run's newest, as its backbone found it (`astuner.checkpoint_model.checkpoint_of`).
+    `checkpoint` is the newest the run wrote (for `astuner run`, as its backbone found it:
+    `astuner.checkpoint_model.checkpoint_of`).
     """
     steps, last = _metrics(experiment)
     started = status.started or _now()
@@ -84,6 +95,7 @@ def summarize(
         steps=steps,
         last_metrics=last,
         checkpoint=str(checkpoint.resolve()) if checkpoint is not None else None,
+        command=command,
     )
 
 
@@ -101,7 +113,7 @@ def notify_run_end(config: AstunerConfig, plugins: Plugins, summary: RunSummary)
     for name in enabled_notifiers(config):
         try:
             notifier = build(config, plugins, "notifier", name)
-        except Exception as exc:  # said once when the run started (prepare_run); never costs the run's ending
+        except Exception as exc:  # said once when the run started (RunLifecycle.open); never costs its ending
             log.debug("notifier not run", notifier=name, error=str(exc))
             continue
         thread = threading.Thread(

@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 from pydantic import BaseModel
@@ -32,6 +32,9 @@ from astuner.default_plugins import DEFAULT_PLUGINS
 from astuner.errors import PluginError
 from astuner.import_strings import is_import_string, resolve_import_string
 from astuner.protocols import ReportsReadiness
+
+if TYPE_CHECKING:
+    from astuner.lifecycle import Runs
 
 ENTRY_POINT_GROUP = "astuner"
 LOAD_PLUGINS_ENV = "ASTUNER_LOAD_PLUGINS"
@@ -268,11 +271,18 @@ class Plugins:
             self._collect()
         return list(self._infos.values())
 
-    def call_register_commands(self, cli: Any) -> None:
-        """Let plugins add CLI sub-commands; a failing plugin is marked broken."""
+    def call_register_commands(self, cli: Any, runs: Runs | None = None) -> None:
+        """Let plugins add CLI sub-commands; a failing plugin is marked broken.
+
+        Each hook is given the arguments it names of `cli` and `runs` (these
+        plugins, and how to open a run: default `Runs(self)`).
+        """
+        from astuner import lifecycle
+
+        given = {"cli": cli, "runs": runs if runs is not None else lifecycle.Runs(self)}
         for impl in self.pm.hook.register_commands.get_hookimpls():
             try:
-                impl.function(cli=cli)
+                impl.function(**{name: given[name] for name in impl.argnames})
             except PLUGIN_FAULTS as exc:
                 info = self._infos[impl.plugin_name]
                 self._mark_broken(info, "hook error", f"register_commands: {type(exc).__name__}: {exc}")

@@ -1,6 +1,7 @@
 """Whether a run folder's run is running, finished, failed (and why) or killed.
 
-`status.json` is written when the run starts, with the process that runs it,
+`status.json` is written when the run starts, with the process that runs it
+and the command that started it (`run`, `eval`, `sft`, a plugin's command),
 and rewritten when it ends. A process killed outright (SIGKILL, a reboot, an
 out-of-memory kill) cannot write its end: its folder says `running` while
 that process is gone, and reads as `killed`.
@@ -32,7 +33,7 @@ State = Literal["running", "finished", "failed", "killed", "unknown"]
 
 @dataclass(frozen=True)
 class RunStatus:
-    """A run's state; `reason` says why it failed or was killed."""
+    """A run's state; `reason` says why it failed or was killed, `command` which command ran it."""
 
     state: State
     reason: str = ""
@@ -41,19 +42,21 @@ class RunStatus:
     process_start: str = ""
     started: str = ""
     ended: str = ""
+    command: str = ""
 
     def __str__(self) -> str:
         return f"{self.state}: {self.reason}" if self.reason else self.state
 
 
-def mark_running(folder: Path) -> RunStatus:
-    """Record that this process runs the run in `folder`, from now."""
+def mark_running(folder: Path, command: str = "") -> RunStatus:
+    """Record that this process runs the run in `folder`, from now, for `command` (`astuner <command>`)."""
     status = RunStatus(
         "running",
         pid=os.getpid(),
         host=socket.gethostname(),
         process_start=_process_start(os.getpid()),
         started=_now(),
+        command=command,
     )
     _write(folder, status)
     return status
@@ -94,6 +97,7 @@ def _ended(folder: Path, state: State, reason: str) -> RunStatus:
         process_start=before.process_start,
         started=before.started,
         ended=_now(),
+        command=before.command,
     )
 
 
@@ -137,6 +141,7 @@ def read_status(folder: Path) -> RunStatus:
             host=status.host,
             process_start=status.process_start,
             started=status.started,
+            command=status.command,
         )
     return status
 

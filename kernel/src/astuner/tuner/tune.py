@@ -3,7 +3,8 @@
 `tune_config()` turns the arguments into the same `AstunerConfig` a YAML
 file gives, through `astuner.config.load_config` (so mistakes read as they
 do on the command line). `tune()` then runs the backbone as `astuner run`
-does (`astuner.launch`) and reads the run back as a `TuneResult`.
+does (`astuner.launch`, inside an `astuner.lifecycle.RunLifecycle`) and
+reads the run back as a `TuneResult`.
 
 Where values come from, lowest first: astuner's defaults; the defaults of
 the objects passed (`AlgorithmConfig()` means group_size 8); the YAML file
@@ -19,7 +20,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from astuner.checkpoint_model import checkpoint_of
 from astuner.components import check_plugin_blocks
 from astuner.config import AUXILIARY_NAME, AstunerConfig, deep_merge, load_config
 from astuner.errors import ConfigError
@@ -96,7 +96,7 @@ def tune(
         prepared.execute()  # which closes the run's log file when it ends
     finally:
         plugins.remove(functions.plugin_name)
-    return TuneResult.read(prepared.experiment, checkpoint_of(prepared.backbone, [prepared.experiment.path]))
+    return TuneResult.read(prepared.experiment, prepared.lifecycle.checkpoint)
 
 
 def tune_config(
