@@ -121,6 +121,7 @@ from astuner.rollout.engine_model import EngineModel
 from astuner.rollout.model_tuner import ModelTuner
 from astuner.rollout.sampling import sampling_from_config
 from astuner.rollout.workflow import Workflow, load_workflow
+from astuner.run_records import RunRecords
 from astuner.run_status import STATUS_FILE, RunStatus, read_status, tracking
 from astuner.translation import Source, apply_rules, engine_settings, flatten, lookup, nest
 
@@ -310,6 +311,8 @@ __all__ = [  # noqa: RUF022
     "RolloutParts",
     "rollout_stack",
     "runner_settings_from_config",
+    # reading a run's records
+    "RunRecords",
     # serving a web app from a thread (imported on first use: it loads uvicorn)
     "ThreadedServer",
 ]

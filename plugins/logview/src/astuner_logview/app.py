@@ -35,7 +35,6 @@ import pydantic_core
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 
-from astuner.api import run_health
 from astuner_logview.access import AccessGuard
 from astuner_logview.runs import printable
 from astuner_logview.store import Filters, NotFound, RecordStore
@@ -159,8 +158,7 @@ def create_app(
 
     @app.get("/api/metrics", response_class=_JSON)
     def metrics(run: str) -> _JSON:
-        rows = store.metrics(run)
-        return _JSON({"rows": rows, "health": run_health(rows)})
+        return _JSON(store.metrics(run))
 
     @app.get("/api/file")
     def run_file(run: str, name: str) -> PlainTextResponse:

@@ -22,19 +22,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from astuner.api import Trajectory, load_trajectory
+from astuner.api import RunRecords, Trajectory
 from astuner_logview.index import RolloutIndex, Summary
-from astuner_logview.runs import (
-    find_runs,
-    inside,
-    printable,
-    read_config,
-    rollout_files,
-    run_info,
-    run_metrics,
-    step_of,
-    within,
-)
+from astuner_logview.runs import find_runs, inside, printable, run_info, within
 from astuner_logview.tokens import TokenizerCache, trajectory_view
 
 _EAGER_INDEX_BYTES = 64 << 20
@@ -81,7 +71,7 @@ class Filters:
 
 def step_label(file: Path) -> str:
     """How a rollout file is named in the step filter: its step number, else its stem (`debug`)."""
-    step = step_of(file)
+    step = RunRecords.step_of(file)
     return str(step) if step is not None else printable(file.stem)
 
 
@@ -120,7 +110,7 @@ class RecordStore:
             value = last_metrics.get(key)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 return float(value)
-        files = rollout_files(run, self.root)
+        files = RunRecords(run, self.root).trajectory_files()
         # Large unopened runs are not read just to fill the list; opening the run indexes them.
         if sum(f.stat().st_size for f in files if f not in self._indexes) > _EAGER_INDEX_BYTES:
             return None
@@ -137,8 +127,12 @@ class RecordStore:
                 self._indexes[file] = RolloutIndex(real)
             return self._indexes[file]
 
+    def records(self, run_id: str) -> RunRecords:
+        """The reader of a run's records, confined to the root."""
+        return RunRecords(self.run(run_id), self.root)
+
     def rollout_file(self, run_id: str, name: str) -> Path:
-        for file in rollout_files(self.run(run_id), self.root):
+        for file in self.records(run_id).trajectory_files():
             if printable(file.name) == name:
                 return file
         raise NotFound(f"no rollout file {name!r} in run {run_id!r}")
@@ -149,9 +143,9 @@ class RecordStore:
 
     def page(self, run_id: str, filters: Filters, offset: int, limit: int) -> dict[str, Any]:
         """One page of matching trajectories across the run's rollout files, in file then line order."""
-        run = self.run(run_id)
-        self.tokenizers.prefetch(self.tokenizer_path(read_config(run, self.root)))
-        files = rollout_files(run, self.root)
+        records = self.records(run_id)
+        self.tokenizers.prefetch(self.tokenizer_path(records.config()))
+        files = records.trajectory_files()
         items: list[dict[str, Any]] = []
         total = trajectories = 0
         agents: set[str] = set()
@@ -184,7 +178,7 @@ class RecordStore:
 
     def trajectory(self, run_id: str, file_name: str, line: int) -> dict[str, Any]:
         """The full view of line `line` of a rollout file: conversation, samples, advantage."""
-        run = self.run(run_id)
+        records = self.records(run_id)
         file = self.rollout_file(run_id, file_name)
         index = self.index(file)
         summary = index.find(line)
@@ -202,19 +196,13 @@ class RecordStore:
                     member = _load(index, s)
                     if member is not None:
                         group.append(member)
-        config = read_config(run, self.root)
-        algorithm = (config.get("trainer_common") or {}).get("algorithm") or {}
+        config = records.config()
         tokenizer_path = self.tokenizer_path(config)
         tokenizer, problem = (None, "no model.path in config.yaml")
         if tokenizer_path:
             tokenizer, problem = self.tokenizers.get(tokenizer_path)
-        view = trajectory_view(
-            trajectory,
-            group,
-            tokenizer,
-            estimator=str(algorithm.get("adv_estimator", "grpo")),
-            gamma=float((config.get("rollout") or {}).get("gamma", 1.0)),
-        )
+        estimator, gamma = records.advantage_settings()
+        view = trajectory_view(trajectory, group, tokenizer, estimator=estimator, gamma=gamma)
         view.update(
             file=file_name,
             line=line,
@@ -223,8 +211,11 @@ class RecordStore:
         )
         return view
 
-    def metrics(self, run_id: str) -> list[dict[str, Any]]:
-        return run_metrics(self.run(run_id), self.root)
+    def metrics(self, run_id: str) -> dict[str, Any]:
+        """The rows of the run's `metrics.jsonl`, and the health checks they crossed."""
+        records = self.records(run_id)
+        rows = records.metrics()
+        return {"rows": rows, "health": records.health(rows)}
 
     def run_file(self, run_id: str, name: str) -> Path:
         """A regular file inside the run folder and the root, resolved; else NotFound (`..`, links out)."""
@@ -237,7 +228,7 @@ class RecordStore:
 def _load(index: RolloutIndex, summary: Summary) -> Trajectory | None:
     """The trajectory a summary describes; None, the line dropped and counted, if it does not validate."""
     try:
-        return load_trajectory(index.read(summary))
+        return RunRecords.read_trajectory(index.read(summary))
     except ValueError:  # pydantic's ValidationError, for bad calls the index does not parse
         index.discard(summary.line)
         return None

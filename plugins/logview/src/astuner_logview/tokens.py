@@ -1,11 +1,11 @@
 """What the trajectory view shows: the conversation turn by turn, and every training token.
 
-Training samples are built exactly as a backbone builds them
-(`merge_trajectory`), so the token view is what the loss sees: each token
-with its id, decoded text, loss mask and sampling log-prob, the
-boundaries where one call's response starts inside a merged sample, and
-the prefix breaks: where a call's prompt stopped extending an earlier
-sample, marked in both samples at the first differing token.
+Training samples and advantages come from `RunRecords.what_trained`, built
+by the kernel's own merging and advantage code, so the token view is what
+the loss sees: each token with its id, decoded text, loss mask and sampling
+log-prob, the boundaries where one call's response starts inside a merged
+sample, and the prefix breaks: where a call's prompt stopped extending an
+earlier sample, marked in both samples at the first differing token.
 The advantage is computed over the trajectory's group with the run's
 estimator, as the trainer would for that group (per agent, when the judge
 scored agents on their own). Every call, sample and agent carries its
@@ -17,43 +17,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from astuner.api import (
-    BUILTIN_PREFIX,
-    ChatTokenizer,
-    LLMCall,
-    PrefixBreak,
-    Sample,
-    Trajectory,
-    clipped_characters,
-    compute_advantages,
-    load_tokenizer,
-    merge_trajectory,
-)
+from astuner.api import ChatTokenizer, LLMCall, RunRecords, Trajectory
 
-_TOKENIZER_FILES = ["*.json", "*.jinja", "*.model", "*.txt", "*.tiktoken"]
-
-
-def local_tokenizer(path: str) -> ChatTokenizer:
-    """Load a tokenizer without touching the network: a folder, a builtin, or a hub name already cached.
-
-    The viewer must work offline and answer at once; asking the hub for a
-    name it cannot reach would stall every trajectory view on retries.
-    """
-    if path.startswith(BUILTIN_PREFIX) or Path(path).expanduser().is_dir():
-        return load_tokenizer(path)
-    from huggingface_hub import snapshot_download
-
-    try:
-        folder = snapshot_download(path, local_files_only=True, allow_patterns=_TOKENIZER_FILES)
-    except Exception as exc:
-        raise FileNotFoundError(
-            f"{path!r} is neither a folder nor a model in the local HuggingFace cache "
-            f"({type(exc).__name__}); start the viewer with --tokenizer FOLDER"
-        ) from None
-    return load_tokenizer(folder)
+_BREAK_FIELDS = ("call", "sample", "previous_call", "position", "reason", "message", "role", "note")
 
 
 class TokenizerCache:
@@ -68,7 +36,7 @@ class TokenizerCache:
         with self._lock:
             if path not in self._loaded:
                 try:
-                    self._loaded[path] = (local_tokenizer(path), None)
+                    self._loaded[path] = (RunRecords.decoding_tokenizer(path), None)
                 except Exception as exc:
                     self._loaded[path] = (None, f"{type(exc).__name__}: {exc}")
             return self._loaded[path]
@@ -93,21 +61,12 @@ def token_texts(tokenizer: ChatTokenizer | None, ids: Sequence[int]) -> list[str
     return [by_id[i] for i in ids]
 
 
-def break_view(brk: PrefixBreak) -> dict[str, Any]:
-    """A prefix break as JSON, with a sentence for people (`note`)."""
-    return {
-        "call": brk.call,
-        "sample": brk.sample,
-        "previous_call": brk.previous_call,
-        "position": brk.position,
-        "reason": brk.reason,
-        "message": brk.message,
-        "role": brk.role,
-        "note": brk.describe(),
-    }
+def break_view(brk: dict[str, Any]) -> dict[str, Any]:
+    """A prefix break (`WhatTrained.breaks`) as the page shows it, with its sentence for people (`note`)."""
+    return {key: brk[key] for key in _BREAK_FIELDS}
 
 
-def break_markers(sample: Sample, breaks: Sequence[PrefixBreak]) -> list[dict[str, Any]]:
+def break_markers(sample: dict[str, Any], breaks: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The breaks to mark in `sample`, by token position.
 
     `starts`: the sample's first call did not extend sample `sample`; its
@@ -116,12 +75,12 @@ def break_markers(sample: Sample, breaks: Sequence[PrefixBreak]) -> list[dict[st
     Samples are matched by call index, so the marks stay right when samples
     are filtered or reordered.
     """
-    calls = set(sample.call_indices)
+    calls = set(sample["call_indices"])
     markers = []
     for brk in breaks:
-        if sample.call_indices and sample.call_indices[0] == brk.call:
+        if sample["call_indices"] and sample["call_indices"][0] == brk["call"]:
             markers.append({"kind": "starts", **break_view(brk)})
-        elif brk.previous_call in calls:
+        elif brk["previous_call"] in calls:
             markers.append({"kind": "parted", **break_view(brk)})
     return markers
 
@@ -132,25 +91,24 @@ def adapter_of(call: LLMCall) -> str | None:
 
 
 def sample_view(
-    sample: Sample, tokenizer: ChatTokenizer | None, breaks: Sequence[PrefixBreak] = ()
+    sample: dict[str, Any], tokenizer: ChatTokenizer | None, breaks: Sequence[dict[str, Any]] = ()
 ) -> dict[str, Any]:
-    """One sample as columns of equal length `T`: ids, text (or null), mask, logprob (null off-mask),
-    and the prefix breaks to mark in it (see `break_markers`); `adapters`: those of its calls."""
-    logprobs = sample.old_logprobs
-    adapters = (s.adapter if s is not None else None for s in sample.response_sampling)
+    """One sample (`WhatTrained.samples`) as columns of equal length `T`: ids, text (or null), mask,
+    logprob (null off-mask), and the prefix breaks to mark in it (see `break_markers`); `adapters`:
+    those of its calls."""
+    logprobs, mask = sample["old_logprobs"], sample["loss_mask"]
+    adapters = (s["adapter"] if s is not None else None for s in sample["response_sampling"])
     return {
-        "agent": sample.agent_name,
+        "agent": sample["agent_name"],
         "adapters": list(dict.fromkeys(adapters)),
-        "calls": sample.call_indices,
-        "ids": sample.input_ids,
-        "text": token_texts(tokenizer, sample.input_ids),
-        "mask": sample.loss_mask,
-        "logprobs": [
-            (logprobs[t] if logprobs is not None and m else None) for t, m in enumerate(sample.loss_mask)
-        ],
-        "spans": [list(span) for span in sample.response_spans],
-        "advantages": sample.advantages,
-        "trained_tokens": sample.num_trained_tokens,
+        "calls": sample["call_indices"],
+        "ids": sample["input_ids"],
+        "text": token_texts(tokenizer, sample["input_ids"]),
+        "mask": mask,
+        "logprobs": [(logprobs[t] if logprobs is not None and m else None) for t, m in enumerate(mask)],
+        "spans": [list(span) for span in sample["response_spans"]],
+        "advantages": sample["advantages"],
+        "trained_tokens": sample["trained_tokens"],
         "breaks": break_markers(sample, breaks),
     }
 
@@ -205,17 +163,15 @@ def conversation(calls: Sequence[LLMCall], advantages: dict[int, float]) -> list
     return turns
 
 
-def call_advantages(samples: Sequence[Sample]) -> dict[int, float]:
-    """Each trained call's advantage by call index, read off its first generated token."""
-    return {call: s.advantages[a] for s in samples for a, b, call in s.response_spans if b > a}
-
-
 def agent_views(
-    trajectory: Trajectory, samples: Sequence[Sample], advantages: dict[int, float], flat: Sequence[str]
+    trajectory: Trajectory,
+    samples: Sequence[dict[str, Any]],
+    advantages: dict[int, float],
+    zero_variance: dict[str, bool],
 ) -> list[dict[str, Any]]:
     """One entry per agent, in order of its first call (then agents the judge scored that made none):
     its calls, adapters, samples, own reward (None without per-agent rewards), the advantages of its
-    trained calls, and whether its group had no reward variance (`flat`: the zero-variance groups)."""
+    trained calls, and whether its group had no reward variance (`zero_variance`, by agent)."""
     calls: dict[str, list[LLMCall]] = {}
     for call in trajectory.calls:
         calls.setdefault(call.agent_name, []).append(call)
@@ -226,10 +182,10 @@ def agent_views(
             "name": name,
             "calls": len(own),
             "adapters": list(dict.fromkeys(adapter_of(c) for c in own)),
-            "samples": sum(s.agent_name == name for s in samples),
+            "samples": sum(s["agent_name"] == name for s in samples),
             "reward": trajectory.agent_rewards.get(name),
             "advantages": [advantages[c.index] for c in own if c.index in advantages],
-            "zero_variance": f"{trajectory.group_id}/{name}" in flat,
+            "zero_variance": zero_variance[name],
         }
         for name, own in calls.items()
     ]
@@ -243,24 +199,17 @@ def trajectory_view(
     gamma: float,
 ) -> dict[str, Any]:
     """Everything the trajectory page shows, with token ids replaced by the samples' columns."""
-    samples, report = merge_trajectory(trajectory)
+    trained = RunRecords.what_trained(trajectory, group, estimator, gamma)
     advantage: dict[str, Any] = {"estimator": estimator, "group_size": len(group), "steps": None}
-    advantages: dict[int, float] = {}
-    flat: list[str] = []
-    try:
-        adv = compute_advantages(group, samples, estimator=estimator, gamma=gamma)
-    except (KeyError, ValueError) as exc:
-        advantage["error"] = str(exc)
+    if trained.advantage_error is not None:
+        advantage["error"] = trained.advantage_error
     else:
-        samples = adv.samples or samples
-        advantages, flat = call_advantages(adv.samples), adv.zero_variance_groups
-        advantage["steps"] = adv.step_advantages.get(trajectory.trajectory_id)
-    agents = agent_views(trajectory, samples, advantages, flat)
-    if "error" not in advantage:
-        scored = [a["zero_variance"] for a in agents if a["advantages"]]
-        advantage["zero_variance"] = (
-            bool(scored) and all(scored) if trajectory.agent_rewards else trajectory.group_id in flat
-        )
+        advantage["steps"] = trained.step_advantages
+        advantage["zero_variance"] = trained.zero_variance()
+    names = [*(c.agent_name for c in trajectory.calls), *trajectory.agent_rewards]
+    agents = agent_views(
+        trajectory, trained.samples, trained.advantages, {n: trained.zero_variance(n) for n in names}
+    )
     return {
         "trajectory_id": trajectory.trajectory_id,
         "task_id": trajectory.task_id,
@@ -277,14 +226,14 @@ def trajectory_view(
         "metadata": trajectory.metadata,
         "advantage": advantage,
         "merge": {
-            "calls": report.calls,
-            "samples": report.samples,
-            "tokens": report.tokens_trained,
-            "tokens_unmerged": report.tokens_unmerged,
-            "drifts": report.drifts,
-            "breaks": [break_view(b) for b in report.breaks],
+            "calls": trained.merge["calls"],
+            "samples": trained.merge["samples"],
+            "tokens": trained.merge["tokens_trained"],
+            "tokens_unmerged": trained.merge["tokens_unmerged"],
+            "drifts": trained.merge["drifts"],
+            "breaks": [break_view(b) for b in trained.breaks],
         },
-        "turns": conversation(trajectory.calls, advantages),
-        "clipped_characters": clipped_characters(trajectory),
-        "samples": [sample_view(s, tokenizer, report.breaks) for s in samples],
+        "turns": conversation(trajectory.calls, trained.advantages),
+        "clipped_characters": trained.clipped_characters,
+        "samples": [sample_view(s, tokenizer, trained.breaks) for s in trained.samples],
     }
