@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import astuner_engine_openai.engine as openai_plugin
@@ -11,14 +13,22 @@ import astuner_judge_math.plugin
 import pytest
 from astuner_judge_math.llm_judge import MathAnswerLlmJudge, MathAnswerLlmSettings, parse_verdict
 from fastapi import FastAPI
+from pydantic import BaseModel
+from typer.testing import CliRunner
 
-from astuner.components import build_judge
-from astuner.config import load_config
+from astuner import hookimpl
+from astuner.cli import make_app
+from astuner.components import Engines, build_judge, judge_engine_model
+from astuner.config import AstunerConfig, load_config
 from astuner.core.task import Task, WorkflowOutput
+from astuner.core.tokenizer import ChatTokenizer
 from astuner.errors import ConfigError
 from astuner.plugins import Plugins
+from astuner.rollout.engine_model import EngineModel
 from astuner.serving import ThreadedServer
 from astuner.testing.engines import ScriptedEngine
+from astuner.testing.records import rollout_rows
+from astuner.testing.tokenizers import qwen25_tokenizer
 
 TASK = Task(
     task_id="t",
@@ -37,6 +47,14 @@ def plugins(plugins: Plugins) -> Plugins:
 
 def run(judge: MathAnswerLlmJudge, output: WorkflowOutput) -> Any:
     return asyncio.run(judge.judge(TASK, output))
+
+
+def judge_for(config: AstunerConfig, plugins: Plugins) -> MathAnswerLlmJudge:
+    """The judge as the kernel builds it: its block, the `engines` and `judge_model` services."""
+    settings = MathAnswerLlmSettings.model_validate(
+        config.task_judge.model_extra.get("math_answer_llm") or {}
+    )
+    return MathAnswerLlmJudge(settings, Engines(plugins), judge_engine_model(config))
 
 
 @pytest.mark.parametrize(
@@ -149,9 +167,7 @@ def write_judge_config(write_config, url: str, **judge_block: Any) -> Any:
 
 
 def test_openai_endpoint_from_config_alien_llm_model(endpoint, write_config, plugins) -> None:
-    config = load_config(write_judge_config(write_config, endpoint.server.url + "/v1"))
-    settings = MathAnswerLlmSettings.model_validate(config.task_judge.model_extra["math_answer_llm"])
-    judge = MathAnswerLlmJudge(settings, config, plugins)
+    judge = judge_for(load_config(write_judge_config(write_config, endpoint.server.url + "/v1")), plugins)
 
     async def three_verdicts() -> list[float]:
         rewards = []
@@ -174,10 +190,8 @@ def test_endpoint_failure_keeps_the_rule_verdict(endpoint, write_config, plugins
     url = endpoint.server.url + "/v1"
     # max_retries 0: the engine would otherwise retry the 503 with back-off (see test_openai_engine.py).
     path = write_judge_config(write_config, url, engine_settings={"base_url": url, "max_retries": 0})
-    config = load_config(path)
-    settings = MathAnswerLlmSettings.model_validate(config.task_judge.model_extra["math_answer_llm"])
     endpoint.status = 503
-    verdict = run(MathAnswerLlmJudge(settings, config, plugins), WRONG_FORM)
+    verdict = run(judge_for(load_config(path), plugins), WRONG_FORM)
     assert verdict.reward == 0.0
     assert verdict.metrics["judge/llm_errors"] == 1.0
     assert len(endpoint.requests) == 1
@@ -197,7 +211,105 @@ def test_missing_model_is_a_clear_error() -> None:
 
 
 def test_missing_endpoint_names_the_settings_block(write_config, plugins) -> None:
-    config = load_config(write_config({"task_judge": {"alien_llm_model": "judge-model"}}))
-    judge = MathAnswerLlmJudge(MathAnswerLlmSettings(), config, plugins)
+    judge = judge_for(load_config(write_config({"task_judge": {"alien_llm_model": "judge-model"}})), plugins)
     with pytest.raises(ConfigError, match=r"engine_settings"):
         run(judge, WRONG_FORM)
+
+
+def test_a_misspelled_engine_setting_names_its_key(write_config, plugins) -> None:
+    judge = judge_for(
+        load_config(
+            write_config(
+                {
+                    "task_judge": {
+                        "alien_llm_model": "judge-model",
+                        "math_answer_llm": {"engine_settings": {"base_ur": "http://x/v1"}},
+                    }
+                }
+            )
+        ),
+        plugins,
+    )
+    with pytest.raises(ConfigError, match=r"task_judge\.math_answer_llm\.engine_settings\.base_ur"):
+        run(judge, WRONG_FORM)
+
+
+WORKFLOW = """
+from astuner import WorkflowOutput
+
+
+async def workflow(task, model):
+    reply = await model.chat([{"role": "user", "content": task["main_query"]}])
+    return WorkflowOutput(response=reply.content)
+"""
+
+
+class OracleSettings(BaseModel, extra="forbid"):
+    """Engine `oracle`'s own block: it calls an answer correct when the reference is below this."""
+
+    correct_below: int = 1000
+
+
+def test_a_run_builds_its_judge_engine_from_the_judge_block_without_copying_the_config(
+    plugins: Plugins, write_config, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real debug run: the policy never answers in a form the rule reads, so every reward is the
+    judge engine's verdict (correct when the reference is below 5, as the engine's own block says),
+    and no config copy is ever made."""
+    tokenizer_dir = workdir / "tokenizer"
+    qwen25_tokenizer().save_pretrained(tokenizer_dir)
+    oracles: list[tuple[OracleSettings, EngineModel, ScriptedEngine]] = []
+    verdicts: list[float] = []
+
+    def policy(model: EngineModel) -> ScriptedEngine:
+        engine = ScriptedEngine(ChatTokenizer(qwen25_tokenizer()), lambda prompt: "I would rather not say.")
+        engine.tokenizer_path = str(tokenizer_dir)
+        return engine
+
+    def oracle(settings: OracleSettings, model: EngineModel) -> ScriptedEngine:
+        def respond(prompt: str) -> str:
+            reference = int(prompt.split("Reference answer:")[1].split()[0])
+            verdicts.append(float(reference < settings.correct_below))
+            return "<Correct>" if verdicts[-1] else "<NotCorrect>"
+
+        engine = ScriptedEngine(ChatTokenizer(qwen25_tokenizer()), respond)
+        oracles.append((settings, model, engine))
+        return engine
+
+    def register_engines(register) -> None:
+        register("policy", policy)
+        register("oracle", oracle, settings=OracleSettings)
+
+    plugins.add(SimpleNamespace(register_engines=hookimpl(register_engines)), name="test_engines")
+    plugins.add(astuner_judge_math.plugin, name="judge_math")
+    (workdir / "plain_workflow.py").write_text(WORKFLOW)
+    conf = write_config(
+        {
+            "experiment_name": "llm_judged",
+            "task_reader": {"type": "arith"},
+            "task_judge": {
+                "judge_protocol": "math_answer_llm",
+                "alien_llm_model": "judge-model-7b",
+                "alien_llm_response_length": 32,
+                "math_answer_llm": {"engine": "oracle", "engine_settings": {"correct_below": 5}},
+            },
+            "rollout": {"agentscope_workflow": "plain_workflow->workflow", "engine": "policy"},
+            "debug": {"debug_first_n_tasks": 4, "num_repeat": 1},
+        }
+    )
+
+    def no_copy(self: AstunerConfig, *args: Any, **kwargs: Any) -> AstunerConfig:
+        raise AssertionError("the config was copied")
+
+    monkeypatch.setattr(AstunerConfig, "model_copy", no_copy)
+    result = CliRunner().invoke(make_app(plugins), ["run", "--conf", str(conf), "--backbone", "debug"])
+    assert result.exit_code == 0, result.output
+    ((settings, model, engine),) = oracles
+    assert settings == OracleSettings(correct_below=5)
+    assert (model.path, model.max_tokens, model.url) == ("judge-model-7b", 32, None)
+    (records,) = (workdir / "launcher_record" / "llm_judged").glob("*/rollouts/debug.jsonl")
+    rows = rollout_rows(records)
+    assert len(rows) == 4 and engine.calls == 4
+    assert all(row["metrics"]["judge/llm_calls"] == 1.0 for row in rows)
+    assert sorted(row["reward"] for row in rows) == sorted(verdicts)
+    assert set(verdicts) == {0.0, 1.0}  # both verdicts came through (the rule alone gives 0.0)

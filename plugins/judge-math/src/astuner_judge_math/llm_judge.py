@@ -10,8 +10,10 @@ verdict's metrics (`judge/llm_calls`, `judge/llm_seconds`, and the prompt
 and response token counts when the engine gives tokens).
 
 The auxiliary model is any installed engine (`engine`, default `openai`)
-built with `engine_settings` (that engine's own settings block) for the
-model named by `task_judge.alien_llm_model` (or `model` here).
+built with `engine_settings` (that engine's own settings block) through the
+`engines` service, for the model named by `model` here (default
+`task_judge.alien_llm_model`, the `judge_model` service): its engine sees
+that block and that model alone, never the run's config.
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ from typing import Any
 from pydantic import Field
 
 from astuner.api import (
-    AstunerConfig,
     AstunerError,
     ChatEngine,
     ChatTokenizer,
     ClosesAsync,
     ConfigError,
+    EngineModel,
+    Engines,
     HasTokenizerPath,
     JudgeOutput,
     Plugins,
@@ -39,7 +42,6 @@ from astuner.api import (
     WorkflowOutput,
     get_logger,
     load_tokenizer,
-    plugin_settings,
 )
 from astuner_judge_math.rule_judge import (
     MathAnswerJudge,
@@ -124,37 +126,41 @@ def rubric_messages(task: Task, output: WorkflowOutput, rule: RuleVerdict) -> li
 class MathAnswerLlmJudge:
     """`math_answer`, with an auxiliary model consulted where the rule finds no match.
 
-    `config` (the run's config) supplies `task_judge.alien_llm_model` and
-    `alien_llm_response_length`; `plugins` the engine registry (default: every
-    installed plugin). `engine` and `tokenizer` may be given directly instead.
+    `judge_model` (the kernel's `task_judge.alien_llm_model` and
+    `alien_llm_response_length`) supplies the model and reply budget that
+    the settings leave unset; `engines` builds the engine (default: from
+    every installed plugin). `engine` and `tokenizer` may be given directly
+    instead.
     """
 
     def __init__(
         self,
         settings: MathAnswerLlmSettings | None = None,
-        config: AstunerConfig | None = None,
-        plugins: Plugins | None = None,
+        engines: Engines | None = None,
+        judge_model: EngineModel | None = None,
         *,
         engine: Any = None,
         tokenizer: ChatTokenizer | None = None,
     ) -> None:
         self.settings = settings or MathAnswerLlmSettings()
         self.rule = MathAnswerJudge(self.settings)
-        judge_block = config.task_judge if config is not None else None
-        self.model = self.settings.model or (judge_block.alien_llm_model if judge_block else None)
-        self.max_tokens = self.settings.max_tokens or (
-            judge_block.alien_llm_response_length if judge_block else 512
-        )
-        self._config, self._plugins = config, plugins
+        self.model = self.settings.model or (judge_model.path if judge_model else None)
+        self.max_tokens = self.settings.max_tokens or (judge_model.max_tokens if judge_model else 512)
+        self._seed = judge_model.seed if judge_model else None
+        self._engines = engines
         self._engine, self._tokenizer = engine, tokenizer
         self._lock = asyncio.Lock()
         if engine is None and not self.model:
-            where = f"task_judge.alien_llm_model (or {KEY}.model)" if config is not None else f"{KEY}.model"
             raise ConfigError(
-                f"Judge 'math_answer_llm' needs an auxiliary model: set {where} to the judging model's "
-                f"name, and {KEY}.engine / {KEY}.engine_settings to reach it, e.g. engine: openai, "
-                "engine_settings: {base_url: http://127.0.0.1:8000/v1}."
+                f"Judge 'math_answer_llm' needs an auxiliary model: set task_judge.alien_llm_model (or "
+                f"{KEY}.model) to the judging model's name, and {KEY}.engine / {KEY}.engine_settings to "
+                "reach it, e.g. engine: openai, engine_settings: {base_url: http://127.0.0.1:8000/v1}."
             )
+
+    def served_model(self) -> EngineModel:
+        """The model the auxiliary engine serves: this judge's, never the policy's nor its endpoint."""
+        seed = {} if self._seed is None else {"seed": self._seed}
+        return EngineModel(path=str(self.model), max_tokens=self.max_tokens, **seed)
 
     async def judge(self, task: Task, output: WorkflowOutput) -> JudgeOutput:
         own = honoured(output)
@@ -211,20 +217,18 @@ class MathAnswerLlmJudge:
             return self._engine
 
     def _build_engine(self) -> Any:
-        plugins = self._plugins if self._plugins is not None else Plugins()
-        reg = plugins.get("engine", self.settings.engine)
-        base = self._config.model_copy(deep=True) if self._config is not None else None
-        aux = base or AstunerConfig.model_validate({})
-        # The auxiliary engine serves the judging model, never the policy's own endpoint.
-        aux.model.path = str(self.model)
-        aux.rollout.engine_url = None
-        aux.rollout.engines = {reg.name: self.settings.engine_settings}
+        engines = self._engines if self._engines is not None else Engines(Plugins())
+        where = f"{KEY}.engine_settings"
         try:
-            return reg.build(plugin_settings(aux, reg), aux)
+            return engines.build(
+                self.settings.engine, self.settings.engine_settings, self.served_model(), key=where
+            )
+        except ConfigError:
+            raise
         except AstunerError as exc:
             raise ConfigError(
-                f"{KEY}: building the auxiliary engine '{reg.name}' failed: {exc} Its settings go in "
-                f"{KEY}.engine_settings."
+                f"{KEY}: building the auxiliary engine '{self.settings.engine}' failed: {exc} "
+                f"Its settings go in {where}."
             ) from exc
 
     def _ready_tokenizer(self, engine: Any) -> ChatTokenizer:
