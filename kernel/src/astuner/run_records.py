@@ -91,6 +91,12 @@ class RunRecords:
     folder itself); a tool that shows many runs passes their common root, so
     that links between runs keep working while links out do not.
 
+    `what_trained` returns a `WhatTrained`, plain data
+    ready for a page: `samples` (each a `Sample`'s fields with advantages,
+    plus `trained_tokens`), `breaks` (each prefix break with its sentence,
+    `note`), `merge` counts, `advantages` by call index, `step_advantages`,
+    `advantage_error`, `clipped_characters` and `zero_variance(agent=None)`.
+
         records = RunRecords(Path("launcher_record/math/20260101-120000"))
         records.status().state            # "finished"
         records.config()["model"]["path"]
