@@ -41,6 +41,7 @@ from astuner_backbone_torch.engine import TransformersEngine, TransformersEngine
 from astuner_backbone_torch.models import resolve_model_dir
 from astuner_engine_vllm import VllmEngine, VllmEngineSettings
 
+from astuner.components import main_engine_model
 from astuner.config import load_config
 from astuner.rollout.engine import SamplingParams
 
@@ -145,7 +146,9 @@ def start_vllm(model_dir: str, dtype: str, log: Path, env: dict[str, str]) -> tu
     )
     began = time.perf_counter()
     settings = VllmEngineSettings(dtype=dtype, log_file=str(log))
-    engine = VllmEngine(settings, config, model_dir=model_dir, server_env={**KV_CACHE, **env})
+    engine = VllmEngine(
+        settings, main_engine_model(config), model_dir=model_dir, server_env={**KV_CACHE, **env}
+    )
     return engine, time.perf_counter() - began
 
 
