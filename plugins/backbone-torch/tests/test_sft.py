@@ -24,6 +24,7 @@ from astuner.core.demonstrations import demonstration_trajectory  # noqa: E402
 from astuner.core.tokenizer import load_tokenizer  # noqa: E402
 from astuner.core.tracker import TrackerSettings  # noqa: E402
 from astuner.record import append_trajectories, read_trajectories  # noqa: E402
+from astuner.run_status import read_status  # noqa: E402
 from astuner.testing.broken_tool_calls import MULTIPLY_TOOL  # noqa: E402
 
 TOOLS = [MULTIPLY_TOOL]
@@ -127,7 +128,19 @@ def test_sft_on_demonstrations_lowers_their_nll_and_records_what_it_trained(app,
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_2", "step_4", "step_6"]
     assert f"checkpoint:  {(run / 'checkpoints' / 'step_6').resolve()}" in output
     assert "Not used on backbone" not in output
-    assert "-o model.path=" in output
+    # a run of the command sft, closed as `astuner run` closes its runs, plus the step to RL
+    assert (read_status(run).state, read_status(run).command) == ("finished", "sft")
+    lines = output.strip().splitlines()
+    (first,) = [i for i, line in enumerate(lines) if line.startswith("sft finished after ")]
+    step_6 = (run / "checkpoints" / "step_6").resolve()
+    assert lines[first].endswith(f"6 steps: {run.resolve()}")
+    assert lines[first + 1 : first + 3] == [
+        f"  records:     {run.resolve()}/rollouts/",
+        f"  checkpoint:  {step_6}",
+    ]
+    evaluate = f"  evaluate:    astuner eval --conf {run.resolve()}/config.yaml --checkpoint {step_6}"
+    assert evaluate + "  (needs astuner-eval)" in lines  # no eval plugin in this app
+    assert lines[-1] == f"  RL from it:  astuner run --conf {conf} -o model.path={step_6}"
     trained = read_trajectories(run / "rollouts" / "sft_data.jsonl")
     assert len(trained) == 4 and all(len(t.calls) == 2 for t in trained)
     assert (run / "checkpoints" / "step_6" / "config.json").is_file()  # loadable as model.path

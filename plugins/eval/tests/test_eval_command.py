@@ -22,6 +22,7 @@ from astuner.api import (
     AstunerError,
     ChatTokenizer,
     Plugins,
+    Runs,
     checkpoint_of,
     free_port,
     hookimpl,
@@ -145,7 +146,7 @@ def scripted(plugins: Plugins, tmp_path_factory: pytest.TempPathFactory) -> Simp
 
 def test_k_samples_give_the_unbiased_pass_at_k(scripted: SimpleNamespace, workdir: Path) -> None:
     conf = write_project(workdir, str(scripted.tokenizer_dir), judge="exact", rollout={"engine": "scripted"})
-    report = run_eval(load_config(conf), scripted.plugins, EvalOptions(n_samples=3, max_tasks=4))
+    report = run_eval(load_config(conf), Runs(scripted.plugins), EvalOptions(n_samples=3, max_tasks=4))
     # Each task: 3 runs, exactly one right. pass@3 = 1, success rate = pass@1 = 1/3.
     assert report.metrics["eval/pass@3"] == 1.0
     assert report.metrics["eval/success_rate"] == pytest.approx(1 / 3)
@@ -163,22 +164,54 @@ def test_one_sample_is_greedy_and_the_folder_has_what_the_log_viewer_lists(
     scripted: SimpleNamespace, workdir: Path
 ) -> None:
     conf = write_project(workdir, str(scripted.tokenizer_dir), judge="exact", rollout={"engine": "scripted"})
-    report = run_eval(load_config(conf), scripted.plugins, EvalOptions())
+    report = run_eval(load_config(conf), Runs(scripted.plugins), EvalOptions())
     assert scripted.temperatures == [0.0] * 6  # every validation task once, greedy
     assert report.metrics["eval/pass@1"] == report.metrics["eval/success_rate"] == 0.0
     (run,) = (workdir / "launcher_record" / "evalproj_eval").iterdir()
     saved = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))["astuner"]
-    assert (saved["experiment_name"], saved["backbone"]) == ("evalproj_eval", "eval")
+    assert (saved["experiment_name"], saved["backbone"]) == ("evalproj_eval", load_config(conf).backbone)
     assert read_metrics(run / "metrics.jsonl")[-1]["eval/reward_mean"] == 0.0
     assert [f.name for f in (run / "rollouts").iterdir()] == ["eval.jsonl"]
-    assert read_status(run).state == "finished"
+    assert (read_status(run).state, read_status(run).command) == ("finished", "eval")
+
+
+def test_an_evaluation_is_a_run_of_the_command_eval_not_a_backbone(
+    scripted: SimpleNamespace, workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    told = []
+
+    class Told:
+        def notify(self, summary) -> None:
+            told.append(summary)
+
+    notifiers = SimpleNamespace(register_notifiers=hookimpl(lambda register: register("told", Told)))
+    scripted.plugins.add(notifiers, name="told")
+    extra = {"rollout": {"engine": "scripted"}, "notify": {"told": {}}}
+    conf = write_project(workdir, str(scripted.tokenizer_dir), judge="exact", **extra)
+    config = load_config(conf, ["backbone=torch"])
+    report = run_eval(config, Runs(scripted.plugins), EvalOptions(max_tasks=2))
+    run = report.experiment.path
+    (summary,) = told
+    assert (summary.command, summary.backbone, summary.name, summary.status) == (
+        "eval", "torch", "evalproj_eval", "finished"
+    )  # fmt: skip
+    assert yaml.safe_load((run / "config.yaml").read_text())["astuner"]["backbone"] == "torch"
+    assert str(read_status(run)) == "finished" and read_status(run).command == "eval"
+    closing = capsys.readouterr().out.strip().splitlines()
+    assert closing[-3].startswith("eval finished after ") and closing[-3].endswith(f": {run.resolve()}")
+    assert closing[-2:] == [
+        f"  records:     {run.resolve()}/rollouts/",
+        f"  look:        astuner logview {run.resolve()}  (needs astuner-logview)",
+    ]
+    logged = (run / "astuner.log").read_text()
+    assert '"event": "eval started"' in logged and '"event": "eval finished"' in logged
 
 
 def test_a_reward_near_the_float_limit_leaves_strict_json_and_one_warning_per_metric(
     scripted: SimpleNamespace, workdir: Path
 ) -> None:
     conf = write_project(workdir, str(scripted.tokenizer_dir), judge="huge", rollout={"engine": "scripted"})
-    report = run_eval(load_config(conf), scripted.plugins, EvalOptions(max_tasks=3))
+    report = run_eval(load_config(conf), Runs(scripted.plugins), EvalOptions(max_tasks=3))
     assert math.isinf(report.metrics["eval/reward_mean"]) and math.isinf(report.metrics["eval/reward_std"])
     run = report.experiment.path
 
@@ -193,8 +226,8 @@ def test_a_reward_near_the_float_limit_leaves_strict_json_and_one_warning_per_me
     summary = strict((run / "eval_summary.json").read_text())
     assert (summary["metrics"]["eval/reward_mean"], summary["metrics"]["eval/reward_std"]) == (None, None)
     logged = [strict(line) for line in (run / "astuner.log").read_text().splitlines()]  # the log too
-    (finished,) = [entry for entry in logged if entry["event"] == "eval finished"]
-    assert (finished["eval/reward_mean"], finished["eval/success_rate"]) == (None, 1.0)
+    (scored,) = [entry for entry in logged if entry["event"] == "eval scored"]
+    assert (scored["eval/reward_mean"], scored["eval/success_rate"]) == (None, 1.0)
     warned = [entry["event"] for entry in logged if entry["level"] == "warning"]
     assert [w.split(" is ")[0] for w in warned] == [
         "'eval/reward_mean'",
@@ -209,10 +242,10 @@ def test_a_reward_near_the_float_limit_leaves_strict_json_and_one_warning_per_me
 def test_bad_options_fail_before_a_folder_is_made(scripted: SimpleNamespace, workdir: Path) -> None:
     conf = write_project(workdir, str(scripted.tokenizer_dir), rollout={"engine": "scripted"})
     with pytest.raises(AstunerError, match="--split must be 'train' or 'validation'"):
-        run_eval(load_config(conf), scripted.plugins, EvalOptions(split="test"))
+        run_eval(load_config(conf), Runs(scripted.plugins), EvalOptions(split="test"))
     served = load_config(conf, ["rollout.engine_url=http://127.0.0.1:9", "rollout.engine=auto"])
     with pytest.raises(AstunerError, match=r"rollout\.engine_url .*serves its own model"):
-        run_eval(served, scripted.plugins, EvalOptions(checkpoint=workdir))
+        run_eval(served, Runs(scripted.plugins), EvalOptions(checkpoint=workdir))
     assert not (workdir / "launcher_record").exists()
 
 
@@ -417,6 +450,6 @@ def test_eval_on_an_environment_serves_it_with_with_env(tmp_path: Path, tiny_mod
 
 def test_eval_shows_its_progress(scripted: SimpleNamespace, workdir: Path, capsys) -> None:
     conf = write_project(workdir, str(scripted.tokenizer_dir), judge="exact", rollout={"engine": "scripted"})
-    run_eval(load_config(conf), scripted.plugins, EvalOptions(n_samples=2, max_tasks=3))
+    run_eval(load_config(conf), Runs(scripted.plugins), EvalOptions(n_samples=2, max_tasks=3))
     shown = capsys.readouterr().out
     assert re.search(r"eval .*6/6 .*reward [\d.]+ +\d+ tok/s", shown), shown

@@ -15,7 +15,7 @@ from astuner_backbone_torch.engine import TransformersEngineSettings
 from astuner_backbone_torch.settings import TorchSettings
 
 if TYPE_CHECKING:
-    from astuner.api import EngineModel
+    from astuner.api import EngineModel, Runs
     from astuner_backbone_torch.backbone import TorchBackbone
     from astuner_backbone_torch.engine import TransformersEngine
 
@@ -59,7 +59,7 @@ def register_backbones(register: Register) -> None:
 
 
 @hookimpl
-def register_commands(cli: typer.Typer) -> None:
-    from astuner_backbone_torch.sft_command import sft
+def register_commands(cli: typer.Typer, runs: Runs) -> None:
+    from astuner_backbone_torch.sft_command import sft_command
 
-    cli.command("sft")(sft)
+    cli.command("sft")(sft_command(runs))

@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from astuner.api import get_logger
+from astuner.api import Runs
 from astuner.training import (
     AstunerConfig,
     ConfOption,
-    ExperimentDir,
     OverrideOption,
-    Plugins,
     check_plugin_blocks,
-    close_log_file,
-    configure_logging,
     handle_user_errors,
-    is_verbose,
     load_config,
     plugin_settings,
-    tracking,
 )
 
 SUFFIX = "-sft"
@@ -34,54 +29,58 @@ def sft_config(config: AstunerConfig) -> AstunerConfig:
     return config
 
 
-@handle_user_errors
-def sft(
-    conf: ConfOption,
-    source: Annotated[
-        Path,
-        typer.Option(
-            "--from",
-            help="A demonstrations file (JSON lines of {messages, tools}), a rollout file "
-            "(rollouts/step_<n>.jsonl) or a run folder: its trajectories that the judge passed.",
-        ),
-    ],
-    epochs: Annotated[
-        int | None, typer.Option(min=1, help="Passes over the samples (torch.sft.epochs).")
-    ] = None,
-    lr: Annotated[float | None, typer.Option(min=0.0, help="Learning rate (torch.sft.lr).")] = None,
-    batch_size: Annotated[
-        int | None, typer.Option("--batch-size", min=1, help="Samples per step (torch.sft.batch_size).")
-    ] = None,
-    min_reward: Annotated[
-        float | None,
-        typer.Option(
-            "--min-reward", help="Keep recorded trajectories rewarded at least this (torch.sft.min_reward)."
-        ),
-    ] = None,
-    override: OverrideOption = None,
-) -> None:
-    """Fine-tune the config's model on demonstrations or judged trajectories (a warm start before RL)."""
-    from astuner_backbone_torch.sft import run_sft  # torch: only when fine-tuning
+def sft_command(runs: Runs) -> Callable[..., None]:
+    """The command `astuner sft`, fine-tuning in a run `runs` opens: status, log, notifiers, closing lines."""
 
-    plugins = Plugins()
-    config = sft_config(load_config(conf, override or [], backbone="torch"))
-    plugins.check_conflicts()
-    check_plugin_blocks(config, plugins)
-    settings = plugin_settings(config, plugins.get("backbone", "torch"))
-    given = {"epochs": epochs, "lr": lr, "batch_size": batch_size, "min_reward": min_reward}
-    changes = {k: v for k, v in given.items() if v is not None}
-    if changes:
-        settings = settings.model_copy(update={"sft": settings.sft.model_copy(update=changes)})
-    if not source.exists():
-        raise typer.BadParameter(f"'{source}' does not exist.", param_hint="--from")
-    experiment = ExperimentDir.create(config)
-    configure_logging(verbose=is_verbose(), log_file=experiment.log_file)
-    try:
-        with tracking(experiment.path):
-            last = run_sft(config, settings, source, experiment).resolve()
-        get_logger().info("sft finished", experiment=str(experiment.path))
-    finally:
-        close_log_file()
-    typer.echo(f"checkpoint:  {last}")
-    typer.echo(f"records:     {experiment.path / 'rollouts'}   (astuner logview {experiment.path})")
-    typer.echo(f"RL from it:  astuner run --conf {conf} -o model.path={last}")
+    @handle_user_errors
+    def sft(
+        conf: ConfOption,
+        source: Annotated[
+            Path,
+            typer.Option(
+                "--from",
+                help="A demonstrations file (JSON lines of {messages, tools}), a rollout file "
+                "(rollouts/step_<n>.jsonl) or a run folder: its trajectories that the judge passed.",
+            ),
+        ],
+        epochs: Annotated[
+            int | None, typer.Option(min=1, help="Passes over the samples (torch.sft.epochs).")
+        ] = None,
+        lr: Annotated[float | None, typer.Option(min=0.0, help="Learning rate (torch.sft.lr).")] = None,
+        batch_size: Annotated[
+            int | None, typer.Option("--batch-size", min=1, help="Samples per step (torch.sft.batch_size).")
+        ] = None,
+        min_reward: Annotated[
+            float | None,
+            typer.Option(
+                "--min-reward",
+                help="Keep recorded trajectories rewarded at least this (torch.sft.min_reward).",
+            ),
+        ] = None,
+        override: OverrideOption = None,
+    ) -> None:
+        """Fine-tune the config's model on demonstrations or judged trajectories (a warm start before RL)."""
+        from astuner_backbone_torch.checkpoint import latest_checkpoint  # torch: only when fine-tuning
+        from astuner_backbone_torch.sft import run_sft
+
+        plugins = runs.plugins
+        config = sft_config(load_config(conf, override or [], backbone="torch"))
+        plugins.check_conflicts()
+        check_plugin_blocks(config, plugins)
+        settings = plugin_settings(config, plugins.get("backbone", "torch"))
+        given = {"epochs": epochs, "lr": lr, "batch_size": batch_size, "min_reward": min_reward}
+        changes = {k: v for k, v in given.items() if v is not None}
+        if changes:
+            settings = settings.model_copy(update={"sft": settings.sft.model_copy(update=changes)})
+        if not source.exists():
+            raise typer.BadParameter(f"'{source}' does not exist.", param_hint="--from")
+        with runs.open(config, command="sft") as run:
+            run.resume = f"--from {source}"  # a stopped fine-tuning takes up again from its newest checkpoint
+            try:
+                last = run_sft(config, settings, source, run.experiment).resolve()
+            finally:
+                newest = latest_checkpoint([run.experiment.path])
+                run.checkpoint = newest.path if newest is not None else None
+            run.next_steps.append(f"  RL from it:  astuner run --conf {conf} -o model.path={last}")
+
+    return sft

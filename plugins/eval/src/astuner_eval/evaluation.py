@@ -7,10 +7,11 @@ of k tries succeeds. The model is the config's `model.path`, or a checkpoint
 folder in its place (`astuner_eval.checkpoints`), served by whatever engine
 the config picks.
 
-An evaluation leaves a run folder like any run's, under the experiment
-`<experiment>_eval` so it never mixes with the training runs:
-`config.yaml` (backbone `eval`, the model actually evaluated),
-`rollouts/eval.jsonl` (every trajectory, for `astuner logview`),
+An evaluation is a run of the command `eval` (`Runs.open`: status.json,
+log, companions, notifiers and closing lines as for `astuner run`), under
+the experiment `<experiment>_eval` so it never mixes with the training
+runs: `config.yaml` (the config's own backbone, the model actually
+evaluated), `rollouts/eval.jsonl` (every trajectory, for `astuner logview`),
 `metrics.jsonl` (one row, at the checkpoint's step) and `eval_summary.json`.
 """
 
@@ -23,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from astuner.api import AstunerError, SamplingParams, Split, Task, TaskReader, Trajectory, get_logger
+from astuner.api import AstunerError, Runs, SamplingParams, Split, Task, TaskReader, Trajectory, get_logger
 from astuner.training import (
     AstunerConfig,
     ExperimentDir,
@@ -31,17 +32,13 @@ from astuner.training import (
     append_rows,
     append_trajectories,
     build_reader,
-    close_log_file,
-    companions_for_run,
     engine_name,
-    log_to_file,
     pass_at_k,
     plugin_settings,
     rollout_metrics,
     rollout_stack,
     sampling_from_config,
     strict_json,
-    tracking,
 )
 from astuner_eval.checkpoints import LATEST, latest_checkpoint, model_for_checkpoint, step_of
 
@@ -112,7 +109,6 @@ def prepare_eval_config(config: AstunerConfig, plugins: Plugins, options: EvalOp
             )
         config.model.path = model_for_checkpoint(options.checkpoint)
     config.experiment_name = f"{config.experiment_name}_eval"
-    config.backbone = "eval"
     return config
 
 
@@ -124,20 +120,20 @@ def read_tasks(reader: TaskReader, config: AstunerConfig, options: EvalOptions) 
     return tasks
 
 
-def run_eval(config: AstunerConfig, plugins: Plugins, options: EvalOptions) -> EvalReport:
-    """Evaluate and write the run folder; `config` is changed as `prepare_eval_config` says."""
+def run_eval(config: AstunerConfig, runs: Runs, options: EvalOptions) -> EvalReport:
+    """Evaluate in a run of the command `eval`; `config` is changed as `prepare_eval_config` says.
+
+    The options are checked before the run's folder exists; the companions
+    (`options.companions`) run while the evaluation does.
+    """
+    plugins = runs.plugins
     if options.checkpoint is not None and str(options.checkpoint) == LATEST:
         root = Path(config.experiment_dir) / config.experiment_name
         options = dataclasses.replace(options, checkpoint=latest_checkpoint(config, plugins, root))
     config = prepare_eval_config(config, plugins, options)
     sampling = eval_sampling(config, options.n_samples, options.temperature)
-    experiment = ExperimentDir.create(config)
-    log_to_file(experiment.log_file)
-    try:
-        with tracking(experiment.path):
-            return _evaluate(config, plugins, options, sampling, experiment)
-    finally:
-        close_log_file()
+    with runs.open(config, command="eval", companions=options.companions) as run:
+        return _evaluate(config, plugins, options, sampling, run.experiment)
 
 
 def _evaluate(
@@ -147,12 +143,11 @@ def _evaluate(
     sampling: SamplingParams,
     experiment: ExperimentDir,
 ) -> EvalReport:
-    log = get_logger(backbone="eval")
-    log.info("eval started", experiment=str(experiment.path), model=config.model.path)
-    with companions_for_run(config, plugins, experiment.path, options.companions):
-        reader = build_reader(config, plugins)
-        tasks = read_tasks(reader, config, options)
-        trajectories = asyncio.run(_rollouts(config, plugins, reader, tasks, sampling, options.n_samples))
+    log = get_logger(command="eval")
+    log.info("evaluating", model=config.model.path, split=options.split)
+    reader = build_reader(config, plugins)
+    tasks = read_tasks(reader, config, options)
+    trajectories = asyncio.run(_rollouts(config, plugins, reader, tasks, sampling, options.n_samples))
     append_trajectories(experiment.rollouts / ROLLOUT_FILE, trajectories)
     metrics = eval_metrics(trajectories, options.n_samples)
     step = checkpoint_step(options.checkpoint)
@@ -171,7 +166,7 @@ def _evaluate(
     }
     summary_file = experiment.path / SUMMARY_FILE
     summary_file.write_text(strict_json(summary, summary_file, indent=2) + "\n", encoding="utf-8")
-    log.info("eval finished", experiment=str(experiment.path), **metrics)
+    log.info("eval scored", experiment=str(experiment.path), **metrics)
     return EvalReport(metrics, trajectories, experiment, summary)
 
 

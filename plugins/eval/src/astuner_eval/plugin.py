@@ -1,13 +1,14 @@
 """Entry point of `astuner-eval`: command `astuner eval --conf X [--checkpoint DIR]`.
 
-The command builds its own plugin manager (everything installed, narrowed
-by ASTUNER_LOAD_PLUGINS like the CLI's), since a `register_commands` hook
-is handed only the command line; the work is in `astuner_eval.evaluation`.
+The command evaluates with the CLI's plugins, in a run opened by the `runs`
+the `register_commands` hook is handed; the work is in
+`astuner_eval.evaluation`.
 Importing this module is cheap: the rollout stack loads when an evaluation runs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, cast
 
@@ -15,12 +16,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from astuner.api import Split, hookimpl
+from astuner.api import Runs, Split, hookimpl
 from astuner.training import (
     COMPANION_ARGS,
     ConfOption,
     OverrideOption,
-    Plugins,
     check_plugin_blocks,
     companion_requests,
     handle_user_errors,
@@ -31,52 +31,61 @@ if TYPE_CHECKING:
     from astuner_eval.evaluation import EvalReport
 
 
-@handle_user_errors
-def evaluate(
-    ctx: typer.Context,
-    conf: ConfOption,
-    checkpoint: Annotated[
-        Path | None,
-        typer.Option(
-            help="A checkpoints/step_<n> folder of a torch run, or 'latest': the highest step of this "
-            "config's experiment; default: the config's model.path."
-        ),
-    ] = None,
-    split: Annotated[str, typer.Option(help="train or validation.")] = "validation",
-    n_samples: Annotated[
-        int,
-        typer.Option("--n-samples", "-k", min=1, help="Runs per task: 1 is greedy; k samples give pass@k."),
-    ] = 1,
-    temperature: Annotated[
-        float | None,
-        typer.Option(min=0.0, help="Sampling temperature (default: 0 for one sample, else the config's)."),
-    ] = None,
-    max_tasks: Annotated[
-        int | None, typer.Option("--max-tasks", min=1, help="Evaluate only the first N tasks.")
-    ] = None,
-    override: OverrideOption = None,
-) -> None:
-    """Evaluate the config's model or a checkpoint: mean reward, success rate, pass@k.
+def eval_command(runs: Runs) -> Callable[..., None]:
+    """The command `astuner eval`, evaluating with the CLI's plugins in a run `runs` opens."""
 
-    Companion services run beside the evaluation as beside a run:
-    `--with-NAME [VALUE]` (listed by `astuner run --help`).
-    """
-    from astuner_eval.evaluation import EvalOptions, run_eval  # the rollout stack: only when evaluating
+    @handle_user_errors
+    def evaluate(
+        ctx: typer.Context,
+        conf: ConfOption,
+        checkpoint: Annotated[
+            Path | None,
+            typer.Option(
+                help="A checkpoints/step_<n> folder of a torch run, or 'latest': the highest step of this "
+                "config's experiment; default: the config's model.path."
+            ),
+        ] = None,
+        split: Annotated[str, typer.Option(help="train or validation.")] = "validation",
+        n_samples: Annotated[
+            int,
+            typer.Option(
+                "--n-samples", "-k", min=1, help="Runs per task: 1 is greedy; k samples give pass@k."
+            ),
+        ] = 1,
+        temperature: Annotated[
+            float | None,
+            typer.Option(
+                min=0.0, help="Sampling temperature (default: 0 for one sample, else the config's)."
+            ),
+        ] = None,
+        max_tasks: Annotated[
+            int | None, typer.Option("--max-tasks", min=1, help="Evaluate only the first N tasks.")
+        ] = None,
+        override: OverrideOption = None,
+    ) -> None:
+        """Evaluate the config's model or a checkpoint: mean reward, success rate, pass@k.
 
-    plugins = Plugins()
-    companions = companion_requests(ctx.args, plugins)
-    config = load_config(conf, override or [], for_training=False)
-    plugins.check_conflicts()
-    check_plugin_blocks(config, plugins)
-    options = EvalOptions(
-        split=cast(Split, split),  # run_eval says which splits exist
-        n_samples=n_samples,
-        temperature=temperature,
-        max_tasks=max_tasks,
-        checkpoint=checkpoint,
-        companions=companions,
-    )
-    print_report(run_eval(config, plugins, options))
+        Companion services run beside the evaluation as beside a run:
+        `--with-NAME [VALUE]` (listed by `astuner run --help`).
+        """
+        from astuner_eval.evaluation import EvalOptions, run_eval  # the rollout stack: only when evaluating
+
+        plugins = runs.plugins
+        companions = companion_requests(ctx.args, plugins)
+        config = load_config(conf, override or [], for_training=False)
+        plugins.check_conflicts()
+        check_plugin_blocks(config, plugins)
+        options = EvalOptions(
+            split=cast(Split, split),  # run_eval says which splits exist
+            n_samples=n_samples,
+            temperature=temperature,
+            max_tasks=max_tasks,
+            checkpoint=checkpoint,
+            companions=companions,
+        )
+        print_report(run_eval(config, runs, options))
+
+    return evaluate
 
 
 def print_report(report: EvalReport) -> None:
@@ -102,5 +111,5 @@ def print_report(report: EvalReport) -> None:
 
 
 @hookimpl
-def register_commands(cli: typer.Typer) -> None:
-    cli.command("eval", context_settings=COMPANION_ARGS)(evaluate)
+def register_commands(cli: typer.Typer, runs: Runs) -> None:
+    cli.command("eval", context_settings=COMPANION_ARGS)(eval_command(runs))
