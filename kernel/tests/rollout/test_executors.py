@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 from astuner import hookimpl
 from astuner.cli import make_app
-from astuner.components import check_plugin_blocks
-from astuner.config import AstunerConfig, load_config
+from astuner.components import WorkflowSource, check_plugin_blocks
+from astuner.config import load_config
 from astuner.core.task import Task, WorkflowOutput, WorkflowTask
 from astuner.core.tokenizer import ChatTokenizer
 from astuner.errors import ConfigError
@@ -42,8 +42,8 @@ async def workflow(task, model, auxiliary_models=None):
 class InlineExecutor:
     """Runs each workflow in the runner's loop, and records what the runner asked of it."""
 
-    def __init__(self, config: AstunerConfig) -> None:
-        self.config = config
+    def __init__(self, source: WorkflowSource) -> None:
+        self.source = source
         self.sessions: list[str] = []
         self.rollouts: list[str] = []
 
@@ -67,8 +67,8 @@ def add_inline_executor(plugins: Plugins) -> list[InlineExecutor]:
     """Executor `inline` on `plugins`; each one built is kept in the returned list."""
     built: list[InlineExecutor] = []
 
-    def factory(config: AstunerConfig) -> InlineExecutor:
-        built.append(InlineExecutor(config))
+    def factory(workflow_source: WorkflowSource) -> InlineExecutor:
+        built.append(InlineExecutor(workflow_source))
         return built[-1]
 
     def register_executors(register) -> None:
@@ -92,7 +92,10 @@ def test_the_registered_executor_named_in_the_config_runs_every_workflow(
     tasks = [Task(task_id=f"t{i}", main_query="Say 7.", metadata={"answer": "7"}) for i in range(2)]
     trajectories = asyncio.run(runner.run(tasks, SamplingParams(max_tokens=8), num_repeat=2, progress=False))
     (executor,) = built
-    assert executor.config is config and runner.executor is executor
+    assert runner.executor is executor
+    assert executor.source.name == "inline_flow->workflow"
+    assert executor.source.rollout_timeout == config.rollout.rollout_timeout
+    assert str(workdir.resolve()) in executor.source.search_paths
     assert executor.sessions == ["closed"]  # one session around the whole run()
     assert len(set(executor.rollouts)) == 4
     for trajectory in trajectories:

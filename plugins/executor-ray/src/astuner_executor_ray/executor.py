@@ -13,8 +13,9 @@ gateway listens on 127.0.0.1, which workers on this machine reach; for
 workers on other nodes set `ASTUNER_GATEWAY_HOST` to an address of this
 machine that they can reach (e.g. its cluster IP): the runner then serves
 a gateway there for the duration of each `run()`. Workers load the workflow
-the config names (an import string, or a workflow of an installed plugin)
-with the driver's search paths on `sys.path`, so those folders must exist
+the run names (the `workflow_source` service: an import string, or a
+workflow of an installed plugin) with the driver's search paths on
+`sys.path`, so those folders must exist
 at the same place on every node. Per-run environments (`gym_env_factory`)
 are live objects of the driver and cannot be used by a remote workflow.
 Auxiliary models can: the worker's `auxiliary_models` are `RemoteModelTuner`s
@@ -31,13 +32,21 @@ import os
 import sys
 import traceback
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from astuner.api import AstunerError, ModelTuner, SamplingParams, Task, WorkflowOutput, WorkflowTask
-from astuner.training import AstunerConfig, Gateway, Plugins, auxiliary_rollout_id, load_workflow
+from astuner.api import (
+    AstunerError,
+    ModelTuner,
+    SamplingParams,
+    Task,
+    WorkflowOutput,
+    WorkflowSource,
+    WorkflowTask,
+)
+from astuner.training import Gateway, Plugins, auxiliary_rollout_id
 from astuner_executor_ray.remote_tuner import remote_model_tuner_class
 
 if TYPE_CHECKING:
@@ -52,25 +61,23 @@ class RemoteWorkflowError(AstunerError):
 
 # ------------------------------------------------------------------ worker side
 
-# per worker process: config key -> (config, loaded workflow)
-_LOADED: dict[str, tuple[AstunerConfig, Any]] = {}
+# per worker process: run key -> the run's loaded workflow
+_LOADED: dict[str, Any] = {}
 
 
-def _loaded_workflow(key: str, config: AstunerConfig, search_paths: Sequence[str]) -> Any:
+def _loaded_workflow(key: str, source: WorkflowSource) -> Any:
     if key not in _LOADED:
-        for folder in reversed(search_paths):
+        for folder in reversed(source.search_paths):
             if folder not in sys.path:
                 sys.path.insert(0, folder)
-        _LOADED[key] = (config, load_workflow(config, Plugins()))
-    return _LOADED[key][1]
+        _LOADED[key] = source.load(Plugins())
+    return _LOADED[key]
 
 
-async def _run_workflow(
-    key: str, config: AstunerConfig, search_paths: Sequence[str], job: dict[str, Any]
-) -> WorkflowOutput:
-    workflow = _loaded_workflow(key, config, search_paths)
+async def _run_workflow(key: str, source: WorkflowSource, config: Any, job: dict[str, Any]) -> WorkflowOutput:
+    workflow = _loaded_workflow(key, source)
     cls = remote_model_tuner_class()
-    timeout = config.rollout.rollout_timeout
+    timeout = source.rollout_timeout
     auxiliary = {
         name: cls(
             rollout_id=auxiliary_rollout_id(job["rollout_id"], name),
@@ -105,11 +112,14 @@ async def _run_workflow(
 
 
 def run_in_worker(
-    key: str, config: AstunerConfig, search_paths: Sequence[str], job: dict[str, Any]
+    key: str, source: WorkflowSource, config: Any, job: dict[str, Any]
 ) -> tuple[WorkflowOutput | None, str | None]:
-    """The Ray task: run one workflow; `(output, None)`, or `(None, traceback)` when it raised."""
+    """The Ray task: run one workflow; `(output, None)`, or `(None, traceback)` when it raised.
+
+    `config` is what the workflow reads as `workflow_task.config`, as it would in the driver.
+    """
     try:
-        return asyncio.run(_run_workflow(key, config, search_paths, job)), None
+        return asyncio.run(_run_workflow(key, source, config, job)), None
     except Exception:
         return None, traceback.format_exc()
 
@@ -120,11 +130,13 @@ def run_in_worker(
 class RayExecutor:
     """Sends each rollout's workflow call to a Ray task; everything else stays in the runner."""
 
-    def __init__(self, config: AstunerConfig) -> None:
-        self.config = config
+    def __init__(self, source: WorkflowSource) -> None:
+        self.source = source
         self.key = uuid.uuid4().hex
         self._remote: Any = None
-        self._config_ref: Any = None
+        self._source_ref: Any = None
+        # the workflows' `workflow_task.config`, put into the object store once: (config, its reference)
+        self._config_ref: tuple[Any, Any] = (None, None)
 
     def _connect(self) -> None:
         import ray
@@ -135,7 +147,15 @@ class RayExecutor:
         if self._remote is None:
             # A workflow is not idempotent (it may act on the world): never rerun it on a worker crash.
             self._remote = ray.remote(num_cpus=1, max_retries=0)(run_in_worker)
-            self._config_ref = ray.put(self.config)
+            self._source_ref = ray.put(self.source)
+
+    def _config_of(self, workflow_task: WorkflowTask) -> Any:
+        import ray
+
+        config, ref = self._config_ref
+        if ref is None or config is not workflow_task.config:
+            self._config_ref = (workflow_task.config, ray.put(workflow_task.config))
+        return self._config_ref[1]
 
     def _check(self, runner: RolloutRunner) -> None:
         if runner.gym_env_factory is not None:
@@ -181,8 +201,7 @@ class RayExecutor:
             "gateway_url": tuner.gateway_url,
             "trainable_targets": list(tuner.trainable_targets),
         }
-        paths = [str(p.resolve()) for p in self.config.search_paths()]
-        ref = self._remote.remote(self.key, self._config_ref, paths, job)
+        ref = self._remote.remote(self.key, self._source_ref, self._config_of(workflow_task), job)
         try:
             output, error = await ref
         except asyncio.CancelledError:

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from astuner.api import Register, hookimpl
-from astuner.training import AstunerConfig
+from astuner.api import Register, WorkflowSource, hookimpl
 
 
-def ray_executor(config: AstunerConfig) -> Any:
+def ray_executor(workflow_source: WorkflowSource) -> Any:
     """The Ray executor of a run (imported here: it loads httpx and the gateway)."""
     from astuner_executor_ray.executor import RayExecutor
 
-    return RayExecutor(config)
+    return RayExecutor(workflow_source)
 
 
 @hookimpl
