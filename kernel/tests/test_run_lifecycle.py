@@ -11,13 +11,17 @@ from types import SimpleNamespace
 from typing import ClassVar
 
 import pytest
+import yaml
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from astuner import hookimpl
 from astuner.cli import make_app
+from astuner.config import load_config
+from astuner.errors import AstunerError
 from astuner.logs import get_logger
 from astuner.plugins import Plugins
+from astuner.record import append_rows
 from astuner.run_status import mark_running, read_status
 from astuner.testing.backbones import EndingBackbone, EndSettings, only_run, run_ending
 
@@ -66,9 +70,9 @@ def test_a_finished_run_says_so_tells_its_notifiers_and_what_to_do_next(app, wri
     assert result.exit_code == 0, result.output
     folder = only_run(workdir, "done")
     status = read_status(folder)
-    assert status.state == "finished" and status.pid == os.getpid() and status.ended
+    assert (status.state, status.command, status.pid) == ("finished", "run", os.getpid()) and status.ended
     (summary,) = Hears.told
-    assert (summary.status, summary.steps, summary.name) == ("finished", 2, "done")
+    assert (summary.status, summary.steps, summary.name, summary.command) == ("finished", 2, "done", "run")
     assert summary.last_metrics == {"train/reward_mean": 0.5}
     assert summary.checkpoint == str(folder / "checkpoints" / "step_2")
     closing = result.stdout.strip().splitlines()[-5:]
@@ -209,3 +213,56 @@ def test_once_a_run_ended_nothing_more_is_written_to_its_log(app, write_config, 
     get_logger().info("the process goes on after the run")  # a notebook's next cell; the next test
     assert log_file.stat().st_size == size
     assert not [h for h in logging.getLogger("astuner").handlers if isinstance(h, logging.FileHandler)]
+
+
+def test_a_plugin_command_opens_its_run_through_runs_and_it_ends_as_astuner_run_does(
+    plugins: Plugins, write_config, workdir
+) -> None:
+    seen = []
+
+    def register_notifiers(register):
+        register("hears", Hears, settings=HearsSettings)
+
+    def register_commands(cli, runs):
+        @cli.command("count")
+        def count(conf: Path, fail: bool = False) -> None:
+            seen.append(runs.plugins)
+            with runs.open(load_config(conf), command="count") as run:
+                append_rows(run.experiment.metrics_file, [{"step": 1, "counted": 3.0}])
+                run.next_steps.append("  again:       astuner count CONF")
+                if fail:
+                    raise AstunerError("nothing left to count")
+
+    hooks = {"register_notifiers": register_notifiers, "register_commands": register_commands}
+    plugins.add(SimpleNamespace(**{name: hookimpl(f) for name, f in hooks.items()}), name="counter")
+    Hears.told = []
+    app = make_app(plugins)
+    conf = write_config({"experiment_name": "counted", "notify": {"hears": {}}}, name="count.yaml")
+    result = CliRunner().invoke(app, ["count", str(conf)])
+    assert result.exit_code == 0, result.output
+    assert seen == [plugins]  # the CLI's own plugins, not a second manager
+    folder = only_run(workdir, "counted")
+    status = read_status(folder)
+    assert (status.state, status.command, status.pid) == ("finished", "count", os.getpid())
+    (summary,) = [s for s in Hears.told if s.name == "counted"]  # (an earlier test's hung notifier may add)
+    assert (summary.command, summary.backbone, summary.steps) == ("count", "debug", 1)
+    assert yaml.safe_load((folder / "config.yaml").read_text())["astuner"]["backbone"] == "debug"
+    closing = result.stdout.strip().splitlines()[-4:]
+    assert closing[0].startswith("count finished after ") and closing[0].endswith(f"1 steps: {folder}")
+    assert closing[1:] == [
+        f"  records:     {folder}/rollouts/",
+        f"  look:        astuner logview {folder}  (needs astuner-logview)",
+        "  again:       astuner count CONF",
+    ]
+    events = [json.loads(line)["event"] for line in (folder / "astuner.log").read_text().splitlines()]
+    assert events[0] == "count started" and "count finished" in events
+    assert not [h for h in logging.getLogger("astuner").handlers if isinstance(h, logging.FileHandler)]
+
+    failing = write_config({"experiment_name": "miscounted"}, name="fail.yaml")
+    result = CliRunner().invoke(app, ["count", str(failing), "--fail"])
+    assert result.exit_code != 0
+    folder = only_run(workdir, "miscounted")
+    assert str(read_status(folder)) == "failed: nothing left to count"
+    assert read_status(folder).command == "count"
+    assert "count failed (nothing left to count) after " in result.stdout
+    assert f"  why:         the end of {folder}/astuner.log" in result.stdout
