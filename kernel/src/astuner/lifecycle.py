@@ -169,16 +169,17 @@ class Runs:
     starts a run of that command as `astuner run` starts its own.
     """
 
-    def __init__(self, plugins: Plugins, verbose: Callable[[], bool] = lambda: False) -> None:
+    def __init__(self, plugins: Plugins, verbose: Callable[[], bool] | None = None) -> None:
         self.plugins = plugins
-        self._verbose = verbose
+        self._verbose = verbose  # asked at each open: `astuner --verbose` is parsed after the hook ran
 
     def open(
         self, config: AstunerConfig, *, command: str, companions: Mapping[str, str | None] | None = None
     ) -> RunLifecycle:
         """`RunLifecycle.open` with these plugins and the command line's `--verbose`."""
+        verbose = self._verbose() if self._verbose is not None else False
         return RunLifecycle.open(
-            config, self.plugins, command=command, verbose=self._verbose(), companions=companions
+            config, self.plugins, command=command, verbose=verbose, companions=companions
         )
 
 
