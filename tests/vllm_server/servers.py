@@ -6,6 +6,7 @@ from pathlib import Path
 
 from astuner_engine_vllm import VllmEngine, VllmEngineSettings
 
+from astuner.api import main_engine_model
 from astuner.config import load_config
 
 SMOLLM2 = "builtin:smollm2-135m-instruct"
@@ -21,7 +22,7 @@ def start_engine(model_dir: str | Path, log: Path, env: dict[str, str], **settin
     config = load_config(None, CONTEXT, environ={})
     return VllmEngine(
         VllmEngineSettings(**{"log_file": str(log), "startup_timeout": 600, **settings}),
-        config,
+        main_engine_model(config),
         model_dir=str(model_dir),
         server_env=env,
     )
@@ -30,4 +31,4 @@ def start_engine(model_dir: str | Path, log: Path, env: dict[str, str], **settin
 def attach(url: str, model: str) -> VllmEngine:
     """An engine on a running server (one per test: its HTTP client belongs to the test's loop)."""
     config = load_config(None, [f"rollout.engine_url={url}", *CONTEXT], environ={})
-    return VllmEngine(VllmEngineSettings(model=model), config)
+    return VllmEngine(VllmEngineSettings(model=model), main_engine_model(config))
