@@ -152,6 +152,40 @@ class ClosesAsync(Protocol):
 
 
 @runtime_checkable
+class Closes(Protocol):
+    """A run's environment that is released by a plain `close()` (one that is not `ClosesAsync`).
+
+    The runner releases each run's environment after judging: `aclose()`,
+    awaited, when it has one, else `close()`.
+    """
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class StepsAsync(Protocol):
+    """A run's environment that can take a step without blocking the event loop.
+
+    `ModelTuner.agym_step(action)` awaits `astep(action)`, which returns
+    what `step(action)` does: `(observation, reward, terminated, info)`;
+    on an environment without it, `agym_step` calls `step`.
+    """
+
+    async def astep(self, action: Any) -> tuple[Any, float, bool, dict[str, Any]]: ...
+
+
+@runtime_checkable
+class NamesItsOrigin(Protocol):
+    """A `Judge` that says where it came from (`'my_package.judge->MyJudge'`), for the runner's messages.
+
+    An error about a judge's rewards names `where` when the judge has it,
+    else the judge's class.
+    """
+
+    where: str
+
+
+@runtime_checkable
 class ReportsReadiness(Protocol):
     """A plugin module that can tell, once loaded, that something it needs at run time is missing.
 

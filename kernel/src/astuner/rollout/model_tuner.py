@@ -6,24 +6,28 @@ for 1.x, `astuner.rollout.agentscope2_model` for 2.x),
 OpenAI-SDK agents through the gateway at `openai_base_url`, and workflow
 code may call it directly. `chat()` asks the context tracker for the exact
 prompt ids, has the engine generate, records the call, and returns it.
+
+The handle composes one part per concern, each in its own module: making
+and recording calls (`astuner.rollout.chat`), the task's environment
+(`astuner.rollout.environment`), the values handed to the judge
+(`astuner.rollout.judge_input`) and the OpenAI clients
+(`astuner.rollout.openai_client`). Here they meet: which agent calls, with
+which sampling and adapter, and whether the call trains.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
-import ssl
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
-from astuner import compat
-from astuner.core.chat import normalize_messages
-from astuner.core.trajectory import LLMCall, ToolCall, Trajectory
-from astuner.errors import AstunerError
-from astuner.rollout.engine import ChatEngine, Generation, SamplingParams
+from astuner.core.trajectory import LLMCall, Trajectory
+from astuner.rollout.chat import drop_tool_calls, text_only_call, tracked_call
+from astuner.rollout.engine import ChatEngine, SamplingParams
+from astuner.rollout.environment import RolloutEnvironment, StepResult
+from astuner.rollout.judge_input import JudgeInput
+from astuner.rollout.openai_client import OpenAIClients, openai_base_url
 
 if TYPE_CHECKING:
     from astuner.core.tracker import ContextTracker
@@ -65,7 +69,6 @@ class ModelTuner:
         self.sampling = sampling
         self.tracker = tracker
         self.gateway_url = gateway_url
-        self.gym_env = gym_env
         self.auxiliary_models: dict[str, Any] = dict(auxiliary_models or {})
         self.trainable_targets = list(trainable_targets or [])
         self.adapters = frozenset(adapters)
@@ -73,11 +76,10 @@ class ModelTuner:
         self.trainable = trainable
         self.config = config
         self.disable_toolcalls = disable_toolcalls
-        self.judge_input: dict[str, Any] = {}
-        self.step_rewards: list[float] = []
-        self.env_steps: list[dict[str, Any]] = []
         self._text_calls: list[LLMCall] = []
-        self._http_clients: list[httpx.AsyncClient] = []
+        self._environment = RolloutEnvironment(gym_env, last_call=self._last_call_index)
+        self._judge_input = JudgeInput()
+        self._openai = OpenAIClients()
 
     # ----------------------------------------------------------------- calls
 
@@ -104,51 +106,14 @@ class ModelTuner:
         if self.disable_toolcalls:
             tools = None
         if self.tracker is None:
-            return await self._text_only_call(messages, tools, name, params)
-
-        async def generate(prompt_ids: list[int], max_new_tokens: int) -> Generation:
-            budget = replace(params, max_tokens=min(params.max_tokens, max_new_tokens))
-            # A Generation, or the `(ids, logprobs, finish_reason)` of an engine written before versions.
-            generation = Generation(*await self.engine.generate(prompt_ids, budget))
-            return generation if generation.sampling is not None else generation._replace(sampling=budget)
-
-        call = await self.tracker.call(messages, tools, name, generate)
-        if self.disable_toolcalls and (call.tool_calls or call.tool_call_errors):
-            call.content, call.tool_calls, call.tool_call_errors = call.text, [], []
-            call.tool_parse_error = None
+            call = await text_only_call(self.engine, messages, tools, name, params, len(self._text_calls))
+            self._text_calls.append(call)
+            return call
+        call = await tracked_call(self.tracker, self.engine, messages, tools, name, params)
+        if self.disable_toolcalls:
+            drop_tool_calls(call)
         if not self.trainable or (self.trainable_targets and name not in self.trainable_targets):
             call.trainable = False
-        return call
-
-    async def _text_only_call(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]] | None,
-        name: str,
-        params: SamplingParams,
-    ) -> LLMCall:
-        normalized = normalize_messages(messages)
-        reply = await self.engine.chat(normalized, tools, params)
-        call = LLMCall(
-            index=len(self._text_calls),
-            agent_name=name,
-            messages=normalized,
-            tools=[dict(t) for t in tools] if tools else None,
-            finish_reason=reply.finish_reason,
-            text=reply.content,
-            content=reply.content,
-            tool_calls=[
-                ToolCall(
-                    id=tc.get("id") or f"call_{i}",
-                    name=tc["function"]["name"],
-                    arguments=tc["function"].get("arguments") or "{}",
-                )
-                for i, tc in enumerate(reply.tool_calls)
-            ],
-            sampling=params.record(),
-            trainable=False,
-        )
-        self._text_calls.append(call)
         return call
 
     @property
@@ -161,8 +126,12 @@ class ModelTuner:
         """True once a prompt plus the response budget no longer fits `max_model_len`."""
         return self.tracker is not None and self.tracker.context_overflow
 
+    def _last_call_index(self) -> int:
+        """The index of the latest call (-1 before the first): the call an environment step answers."""
+        return len(self.calls) - 1
+
     def for_agent(self, agent_name: str) -> ModelTuner:
-        """This handle under another agent name; calls share the rollout's record."""
+        """This handle under another agent name; calls, environment and judge input are the rollout's."""
         view = copy.copy(self)
         view.agent_name = agent_name
         return view
@@ -175,90 +144,72 @@ class ModelTuner:
 
     # ------------------------------------------------------------ judge input
 
+    @property
+    def judge_input(self) -> dict[str, Any]:
+        """The values handed to the judge so far (the runner adds them to the output's metadata)."""
+        return self._judge_input.values
+
     def update_judge_input_dictionary(self, **values: Any) -> None:
         """Hand values to the judge (the first tutorials' way): they join `WorkflowOutput.metadata`.
 
         `final_answer=...` is what the math judges read; `raw_reward=` with
         `is_success=` together are taken as the verdict itself.
         """
-        compat.emit_notices([compat.JUDGE_INPUT_NOTICE])
-        self.judge_input.update(values)
+        self._judge_input.update(**values)
 
     def get_judge_input_dictionary(self) -> dict[str, Any]:
         """What `update_judge_input_dictionary` has collected so far."""
-        return dict(self.judge_input)
+        return self._judge_input.snapshot()
 
     # ----------------------------------------------------------- environment
 
-    def gym_step(self, action: Any) -> tuple[Any, float, bool, dict[str, Any]]:
+    @property
+    def gym_env(self) -> Any:
+        """The task's environment (None if it has none); the runner sets it before the workflow runs."""
+        return self._environment.gym_env
+
+    @gym_env.setter
+    def gym_env(self, gym_env: Any) -> None:
+        self._environment.gym_env = gym_env
+
+    @property
+    def step_rewards(self) -> list[float]:
+        """The reward of every environment step so far, in order."""
+        return self._environment.step_rewards
+
+    @property
+    def env_steps(self) -> list[dict[str, Any]]:
+        """Every environment step so far: `call_index` (the call choosing the action), reward, terminated."""
+        return self._environment.env_steps
+
+    def gym_step(self, action: Any) -> StepResult:
         """Send an action to the task's environment: `(observation, reward, terminated, info)`.
 
         Synchronous, as the seeds write it. With the `env_service` reader the
         environment suspends only this rollout while it waits (see
         astuner-judge-envservice); `await agym_step(action)` is the async form.
         """
-        obs, reward, terminated, info = self._gym_env().step(action)
-        return self._record_step(obs, reward, terminated, info)
+        return self._environment.step(action)
 
-    def env_step_fn(self, action: Any) -> tuple[Any, float, bool, dict[str, Any]]:
+    def env_step_fn(self, action: Any) -> StepResult:
         """`gym_step` under the first tutorials' name."""
         return self.gym_step(action)
 
-    async def agym_step(self, action: Any) -> tuple[Any, float, bool, dict[str, Any]]:
-        """`gym_step`, awaited: uses the environment's `astep` when it has one."""
-        env = self._gym_env()
-        astep = getattr(env, "astep", None)
-        result = await astep(action) if callable(astep) else env.step(action)
-        return self._record_step(*result)
-
-    def _gym_env(self) -> Any:
-        if self.gym_env is None:
-            raise AstunerError(
-                "gym_step() needs an environment: this task was not read from an environment "
-                "service (task_reader.type: env_service)."
-            )
-        return self.gym_env
-
-    def _record_step(
-        self, obs: Any, reward: float, terminated: bool, info: dict[str, Any]
-    ) -> tuple[Any, float, bool, dict[str, Any]]:
-        """Keep the step's reward with the index of the model call that chose the action."""
-        self.step_rewards.append(float(reward))
-        self.env_steps.append(
-            {"call_index": len(self.calls) - 1, "reward": float(reward), "terminated": bool(terminated)}
-        )
-        return obs, reward, terminated, info
+    async def agym_step(self, action: Any) -> StepResult:
+        """`gym_step`, awaited: uses the environment's `astep` when it has one (`StepsAsync`)."""
+        return await self._environment.astep(action)
 
     # ---------------------------------------------------------------- OpenAI
 
     @property
     def openai_base_url(self) -> str:
         """An OpenAI-compatible base URL routed into this rollout's record."""
-        if self.gateway_url is None:
-            raise AstunerError("This model handle has no gateway; the runner starts one per run.")
-        return f"{self.gateway_url}/rollout/{self.rollout_id}/{self.agent_name}/v1"
+        return openai_base_url(self.gateway_url, self.rollout_id, self.agent_name)
 
     def openai_client(self, **kwargs: Any) -> Any:
         """An `openai.AsyncOpenAI` client bound to this rollout (needs `astuner[openai]`)."""
-        try:
-            from openai import AsyncOpenAI
-        except ImportError as exc:
-            raise AstunerError(
-                "openai_client() needs the openai package: pip install 'astuner[openai]'."
-            ) from exc
-        if "http_client" not in kwargs:
-            kwargs["http_client"] = httpx.AsyncClient(verify=_loopback_ssl_context(), timeout=None)
-            self._http_clients.append(kwargs["http_client"])
-        return AsyncOpenAI(base_url=self.openai_base_url, api_key="astuner", **kwargs)
+        return self._openai.client(self.openai_base_url, **kwargs)
 
     async def aclose(self) -> None:
         """Close the HTTP clients `openai_client()` made (the runner calls this after the rollout)."""
-        while self._http_clients:
-            await self._http_clients.pop().aclose()
-
-
-@functools.cache
-def _loopback_ssl_context() -> ssl.SSLContext:
-    # The gateway is plain HTTP on loopback; building a default SSL context per
-    # client (loading the CA bundle) costs ~30 ms, so every client shares one.
-    return ssl.create_default_context()
+        await self._openai.aclose()
