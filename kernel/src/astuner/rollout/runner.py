@@ -59,7 +59,15 @@ from astuner.core.tokenizer import ChatTokenizer
 from astuner.core.tracker import ContextTracker, TrackerSettings
 from astuner.core.trajectory import Trajectory
 from astuner.logs import get_logger, warn_once
-from astuner.protocols import Judge, JudgesWholeRollouts, ServesAdapters, WorkflowExecutor
+from astuner.protocols import (
+    Closes,
+    ClosesAsync,
+    Judge,
+    JudgesWholeRollouts,
+    NamesItsOrigin,
+    ServesAdapters,
+    WorkflowExecutor,
+)
 from astuner.rollout.agents import AgentPlan, agent_plan
 from astuner.rollout.agentscope_model import model_tuner_class
 from astuner.rollout.deadline import RolloutTimeout, run_within_deadline
@@ -303,7 +311,7 @@ class RolloutRunner:
         missing = sorted(trained - set(rewards))
         if not missing:
             return None
-        judge = getattr(self.judge, "where", None) or type(self.judge).__name__
+        judge = _judge_name(self.judge)
         return (
             f"The judge {judge} gave rewards for agents {sorted(rewards)} but not for {missing}, whose "
             f"calls train; the rollout is left out of training. Give every trainable agent a reward, "
@@ -316,7 +324,7 @@ class RolloutRunner:
         values = values if isinstance(values, list) else [values]
         if all(math.isfinite(v) for v in values):
             return None
-        judge = getattr(self.judge, "where", None) or type(self.judge).__name__
+        judge = _judge_name(self.judge)
         error = (
             f"The judge {judge} returned a non-finite reward ({reward!r}) for task '{task.task_id}'; "
             "the rollout is left out of training. Make the judge return finite numbers."
@@ -335,15 +343,19 @@ async def _release(gym_env: Any, rollout_id: str) -> None:
     if gym_env is None:
         return
     try:
-        aclose = getattr(gym_env, "aclose", None)
-        if callable(aclose):
-            await aclose()
-        elif callable(getattr(gym_env, "close", None)):
+        if isinstance(gym_env, ClosesAsync):
+            await gym_env.aclose()
+        elif isinstance(gym_env, Closes):
             gym_env.close()
     except Exception as exc:
         get_logger().warning(
             "environment release failed", rollout=rollout_id, error=f"{type(exc).__name__}: {exc}"
         )
+
+
+def _judge_name(judge: Judge) -> str:
+    """How the runner's messages name a judge: where it came from, else its class."""
+    return (judge.where if isinstance(judge, NamesItsOrigin) else None) or type(judge).__name__
 
 
 def _set_reward(trajectory: Trajectory, verdict: JudgeOutput) -> None:

@@ -19,7 +19,14 @@ from astuner.core.toolformat import resolve_tool_format, template_renders_tools
 from astuner.core.tracker import TrackerSettings
 from astuner.logs import get_logger
 from astuner.plugins import Plugins
-from astuner.protocols import HasTokenizerPath, Judge, ProvidesGymEnvs, TaskReader, WorkflowExecutor
+from astuner.protocols import (
+    ClosesAsync,
+    HasTokenizerPath,
+    Judge,
+    ProvidesGymEnvs,
+    TaskReader,
+    WorkflowExecutor,
+)
 from astuner.rollout.auxiliary import AuxiliaryModel, auxiliary_models
 from astuner.rollout.engine import TokenEngine
 from astuner.rollout.gateway import Gateway
@@ -148,7 +155,7 @@ class RolloutParts:
 
     async def aclose(self) -> None:
         """Close the environment maker, which releases any environment still open."""
-        if hasattr(self.gym_env_factory, "aclose"):
+        if isinstance(self.gym_env_factory, ClosesAsync):
             await self.gym_env_factory.aclose()
 
 
@@ -207,5 +214,5 @@ async def rollout_stack(
     finally:
         if own_parts:
             await parts.aclose()
-        if own_engine and hasattr(engine, "aclose"):
+        if own_engine and isinstance(engine, ClosesAsync):
             await engine.aclose()
