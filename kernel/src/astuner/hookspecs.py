@@ -10,7 +10,8 @@ through the `astuner` entry-point group. Each `register_*` hook receives a
     def register_judges(register):
         register("exact", ExactJudge, settings=ExactJudgeSettings)
 
-`register(name, factory, *, settings=None, summary="")`:
+`register(name, factory, *, settings=None, summary="", reads=None, key_homes=None,
+old_names=(), switched_on_by=())`:
 
 - `name` is what users write in config (`task_judge.judge_protocol: exact`).
 - `factory` builds the thing. It is only called when a run needs it, so a
@@ -21,6 +22,30 @@ through the `astuner` entry-point group. Each `register_*` hook receives a
   with the validated block, otherwise with no arguments.
 - `summary` is one line shown by `astuner plugins list`.
 
+Optional declarations say what the kernel would otherwise have to know
+about the plugin (each is refused on a kind it means nothing for):
+
+- `reads` (backbones): dotted prefixes of the shared config's keys this
+  backbone reads, of those not every backbone reads. A key under a prefix
+  no backbone declares is read by every backbone; a key under declared
+  prefixes is read by the backbones that declare its longest one. So list
+  your own block and the sections only some backbones read, and inside them
+  each narrower prefix another backbone declared that you read too:
+  `reads=("trainer_common", "data.train_batch_size", "my_block")`. A run
+  then names the keys the user set that the backbone never reads ("Not used
+  on backbone ..."). Without `reads` a backbone is never told of such keys.
+- `key_homes` (backbones): where `<section>.<backbone>_only__<key>`, the
+  seeds' spelling of a key for one backbone, lives on this backbone when
+  not under its section, e.g. `{"n_vllm_engine":
+  "trinity.explorer.rollout_model.engine_num"}`.
+- `old_names` (readers, workflows, judges, engines, executors): the names
+  the seeds gave this thing, read as `name` where the config chooses it, with
+  one notice. An import string is read under the old packages of its kind
+  (`math_answer_as_judge->MathAnswerAsJudge` matches
+  `astune.task_judge.math_answer_as_judge->MathAnswerAsJudge`).
+- `switched_on_by` (notifiers): environment variables that turn this
+  notifier on without a `notify.<name>` block (`PHONE_NUMBERS` for `sms`).
+
 A factory that declares keyword parameters `config` and/or `plugins` is also
 given the resolved `AstunerConfig` and the plugin manager.
 
@@ -30,7 +55,7 @@ What each factory must return is described per hook below and typed in
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pluggy
@@ -55,6 +80,10 @@ class Register(Protocol):
         *,
         settings: type[BaseModel] | None = None,
         summary: str = "",
+        reads: Iterable[str] | None = None,
+        key_homes: Mapping[str, str] | None = None,
+        old_names: Iterable[str] = (),
+        switched_on_by: Iterable[str] = (),
     ) -> None: ...
 
 

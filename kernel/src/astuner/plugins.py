@@ -28,6 +28,7 @@ import pluggy
 from pydantic import BaseModel
 
 from astuner import hookspecs
+from astuner.declarations import Declarations
 from astuner.default_plugins import DEFAULT_PLUGINS
 from astuner.errors import PluginError
 from astuner.import_strings import is_import_string, resolve_import_string
@@ -48,6 +49,9 @@ MOVED_OUT: dict[tuple[str, str], str] = {
     ("command", "eval"): "astuner-eval",
     ("command", "logview"): "astuner-logview",
 }
+# The seeds' environment variables that turn on a notifier of this repository: a missing one is
+# named with its install line. An installed notifier declares its own (`switched_on_by`).
+MOVED_OUT_SWITCHES: dict[str, str] = {"PHONE_NUMBERS": "sms"}
 
 # kind -> the hook that registers it
 KINDS: dict[str, str] = {
@@ -65,7 +69,7 @@ KINDS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Registration:
-    """One named thing a plugin provides."""
+    """One named thing a plugin provides, and what it declares about the config (see `Register`)."""
 
     kind: str
     name: str
@@ -73,6 +77,7 @@ class Registration:
     plugin: str
     settings: type[BaseModel] | None = None
     summary: str = ""
+    declares: Declarations = field(default_factory=Declarations)
 
     def build(self, settings: BaseModel | None = None, *args: Any) -> Any:
         """Call the factory: with the validated settings block if it declares one.
@@ -353,6 +358,7 @@ def _register_into(staged: list[Registration], kind: str, plugin_name: str) -> h
         *,
         settings: type[BaseModel] | None = None,
         summary: str = "",
+        **declares: Any,
     ) -> None:
         if not isinstance(name, str) or not name or is_import_string(name):
             raise ValueError(f"invalid {kind} name {name!r}: use a plain name without ':' or '->'")
@@ -360,7 +366,8 @@ def _register_into(staged: list[Registration], kind: str, plugin_name: str) -> h
             raise TypeError(f"the factory for {kind} '{name}' is not callable")
         if settings is not None and not (isinstance(settings, type) and issubclass(settings, BaseModel)):
             raise TypeError(f"settings for {kind} '{name}' must be a pydantic model class")
-        staged.append(Registration(kind, name, factory, plugin_name, settings, summary))
+        checked = Declarations.checked(kind, f"{kind} '{name}'", **declares)
+        staged.append(Registration(kind, name, factory, plugin_name, settings, summary, checked))
 
     return register
 
