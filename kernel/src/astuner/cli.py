@@ -95,7 +95,7 @@ def handle_user_errors(fn: F) -> F:
 
 
 def _load(plugins: Plugins, conf: Path, overrides: list[str] | None, backbone: str | None) -> AstunerConfig:
-    config = load_config(conf, overrides or [], backbone=backbone)
+    config = load_config(conf, overrides or [], backbone=backbone, plugins=plugins)
     plugins.check_conflicts()
     check_plugin_blocks(config, plugins)
     return config

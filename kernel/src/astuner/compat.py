@@ -15,6 +15,12 @@ torch trainer), so a seed config runs everywhere and says what it ignored.
 `switched_on_notifiers()` names the notifiers the seeds turn on from the
 environment (`PHONE_NUMBERS`: `sms`, from the plugin astuner-notify).
 
+The kernel spells only its own keys here. What concerns a plugin comes from
+its registration (`astuner.hookspecs.Register`), gathered by
+`astuner.declarations.declared()`:
+which backbone reads which key, where a backbone's engine-only keys live,
+the old names of judges and the like, the variables that turn notifiers on.
+
 The tutorials' code forms are read where they are called (the workflow
 loader, the judge adapter, the model handle); what they are handed comes
 from here: `initial_messages()` for `agentscope_execute(init_messages, ...)`
@@ -28,11 +34,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from astuner.declarations import CHOSEN_BY, declared, old_spelling
 from astuner.errors import ConfigError
+from astuner.import_strings import is_import_string
 from astuner.logs import warn_once
 
 if TYPE_CHECKING:
     from astuner.core.task import WorkflowOutput, WorkflowTask
+    from astuner.declarations import Declared
+    from astuner.plugins import Plugins
 
 DOCS = "docs/coming-from-the-tutorials.md"
 
@@ -69,45 +79,11 @@ RETIRED_KEYS = {
     "debug.debug_tensor_parallel_size": "the vLLM server is sized by rollout.tensor_model_parallel_size",
 }
 
-# The judges and workflows the tutorials name by import string into the old
-# packages, and the registered names that do the same job today.
-IMPORT_ALIASES = {
-    "task_judge.judge_protocol": {
-        "math_answer_as_judge->MathAnswerAsJudge": "math_answer",
-        "math_answer_as_judge->MathAnswerAndLlmAsJudge": "math_answer_llm",
-        "env_service_as_judge->EnvServiceJudge": "env_service",
-    },
-}
-OLD_PACKAGES = ("astune.task_judge.", "astuner.task_judge.", "ajet.task_judge.")
+# A kind's old packages: an old name that is an import string is read under each of them.
+OLD_PACKAGES = {"judge": ("astune.task_judge.", "astuner.task_judge.", "ajet.task_judge.")}
 
-# `<section>.trinity_only__<key>`: a key for one engine only.
-ENGINE_PREFIXES = {"trinity_only__": "trinity", "verl_only__": "verl"}
-# Where an engine-only key lives when its own section has no such key.
-ENGINE_KEY_HOMES = {"n_vllm_engine": KEY_ALIASES["rollout.n_vllm_engine"]}
-
-# Which built-in backbones read a key (the longest listed prefix decides);
-# a key not listed is read by all. Backbones not named here are not judged.
-TRAINERS = ("torch", "verl", "trinity")
-READ_BY = {
-    "data.train_batch_size": TRAINERS,
-    "data.max_prompt_length": ("verl", "trinity"),
-    "data.max_response_length": ("verl", "trinity"),
-    "trainer_common": TRAINERS,
-    "trainer_common.keep_last_checkpoints": ("torch",),
-    "trainer_common.nnodes": ("verl", "trinity"),
-    "trainer_common.n_gpus_per_node": ("verl", "trinity"),
-    "trainer_common.ulysses_sequence_parallel_size": ("verl", "trinity"),
-    "trainer_common.algorithm.rollout_correction": ("torch",),
-    "rollout.tensor_model_parallel_size": ("verl", "trinity"),
-    "rollout.multi_turn.expected_steps": ("trinity",),
-    "debug": ("debug",),
-    "verl": ("verl",),
-    "trinity": ("trinity",),
-}
-BUILTIN_BACKBONES = ("debug", "torch", "verl", "trinity")
-
-# The seeds' environment variables that turn a notifier on without a `notify:` block.
-NOTIFIER_SWITCHES = {"PHONE_NUMBERS": "sms"}
+# `<section>.<backbone>_only__<key>`: a key for one backbone only.
+ONLY_MARK = "_only__"
 
 
 @dataclass
@@ -139,11 +115,22 @@ def translate_root(raw: Mapping[str, Any], where: str) -> tuple[dict[str, Any], 
     return out, notices
 
 
-def translate(layer: Mapping[str, Any], backbone: str, where: str) -> Translation:
-    """Today's spelling of one raw layer of the `astuner:` block (mappings are copied, not changed)."""
+def translate(
+    layer: Mapping[str, Any],
+    backbone: str,
+    where: str,
+    known: Declared,
+    verbatim: Iterable[str] = (),
+) -> Translation:
+    """Today's spelling of one raw layer of the `astuner:` block (mappings are copied, not changed).
+
+    `known` is what the loaded plugins declare; the top-level `verbatim` blocks
+    (an engine's own settings) are passed on as written.
+    """
     result = Translation(_copy(layer))
     data = result.data
-    _route_engine_keys(data, backbone, where, result, prefix="")
+    homes = known.key_homes.get(backbone, {})
+    _route_engine_keys(data, backbone, where, result, homes, set(verbatim), prefix="")
     for old, new in KEY_ALIASES.items():
         if not _has(data, old):
             continue
@@ -156,9 +143,10 @@ def translate(layer: Mapping[str, Any], backbone: str, where: str) -> Translatio
         if _has(data, old):
             _pop(data, old)
             result.notices.append(f"'{old}' has no effect any more ({where}): {why}.")
-    for key, aliases in IMPORT_ALIASES.items():
+    for kind, aliases in known.old_names.items():
+        key = CHOSEN_BY[kind]
         value = _get(data, key) if _has(data, key) else None
-        new = _import_alias(value, aliases) if isinstance(value, str) else None
+        new = _old_name(value, kind, aliases) if isinstance(value, str) else None
         if new is not None:
             _set(data, key, new)
             result.renamed[key] = f"{key}: {value}"
@@ -166,26 +154,35 @@ def translate(layer: Mapping[str, Any], backbone: str, where: str) -> Translatio
     return result
 
 
-def unused_on_backbone(keys: Iterable[str], backbone: str, engine: str = "auto") -> list[str]:
-    """Of the dotted `keys` a user set, those `backbone` never reads, sorted."""
-    if backbone not in BUILTIN_BACKBONES:
+def unused_on_backbone(
+    keys: Iterable[str], backbone: str, known: Declared, engine: str = "auto"
+) -> list[str]:
+    """Of the dotted `keys` a user set, those `backbone` never reads, sorted.
+
+    Only a backbone that declared what it reads is judged; a key in another
+    backbone's own block is named by its block (`trinity: block`).
+    """
+    if backbone not in known.judged:
         return []
     unused = set()
     for key in keys:
-        readers = _readers(key)
+        readers = _readers(key, known.read_by)
         if key == "rollout.tensor_model_parallel_size" and engine == "vllm":
             continue  # the vLLM server astuner starts for any backbone is sized by it
         if readers is not None and backbone not in readers:
             top = key.split(".", 1)[0]
-            unused.add(f"{top}: block" if top in ("verl", "trinity", "debug") else key)
+            unused.add(f"{top}: block" if top in known.backbones else key)
     return sorted(unused)
 
 
-def switched_on_notifiers(notify: Mapping[str, Any]) -> dict[str, str]:
-    """Notifier -> the seeds' variable that turns it on, for each variable set whose notifier has no block."""
-    return {
-        name: var for var, name in NOTIFIER_SWITCHES.items() if os.environ.get(var) and name not in notify
-    }
+def switched_on_notifiers(notify: Mapping[str, Any], plugins: Plugins) -> dict[str, str]:
+    """Notifier -> the seeds' variable that turns it on, for each variable set whose notifier has no block.
+
+    The variables are those the loaded notifiers declare, and those of this
+    repository's notifiers when not installed (`astuner.plugins.MOVED_OUT_SWITCHES`).
+    """
+    switches = declared(plugins).switches
+    return {name: var for var, name in switches.items() if os.environ.get(var) and name not in notify}
 
 
 # ------------------------------------------------------------------ code forms
@@ -259,30 +256,40 @@ def _leaves(value: Any, suffix: str = "") -> list[tuple[str, Any]]:
     return [pair for key, child in value.items() for pair in _leaves(child, f"{suffix}.{key}")]
 
 
-def _import_alias(value: str, aliases: Mapping[str, str]) -> str | None:
-    for package in OLD_PACKAGES:
+def _old_name(value: str, kind: str, aliases: Mapping[str, str]) -> str | None:
+    """Today's name for the `kind` named `value`: a plain old name as written, an import string
+    under one of the kind's old packages.
+
+    Any other import string (`my_judges.mod->MyJudge`) is the user's own and never renamed.
+    """
+    if not is_import_string(value):
+        return aliases.get(value)
+    for package in OLD_PACKAGES.get(kind, ()):
         if value.startswith(package):
-            return aliases.get(value[len(package) :].replace(":", "->", 1).replace(" ", ""))
+            return aliases.get(old_spelling(value[len(package) :]))
     return None
 
 
 def _route_engine_keys(
-    node: dict[str, Any], backbone: str, where: str, result: Translation, prefix: str
+    node: dict[str, Any],
+    backbone: str,
+    where: str,
+    result: Translation,
+    homes: Mapping[str, str],
+    verbatim: set[str],
+    prefix: str,
 ) -> None:
     """Move `<section>.<engine>_only__<key>` to its home on that engine's backbone; drop it elsewhere."""
     for name in list(node):
         value = node[name]
         dotted = f"{prefix}{name}"
-        engine = next(
-            (e for p, e in ENGINE_PREFIXES.items() if isinstance(name, str) and name.startswith(p)), None
-        )
-        if engine is None:
-            if isinstance(value, dict) and dotted not in ("verl", "trinity"):
-                _route_engine_keys(value, backbone, where, result, prefix=f"{dotted}.")
+        engine, mark, key = name.partition(ONLY_MARK) if isinstance(name, str) else ("", "", "")
+        if not (mark and engine.isidentifier() and key):
+            if isinstance(value, dict) and dotted not in verbatim:
+                _route_engine_keys(value, backbone, where, result, homes, verbatim, prefix=f"{dotted}.")
             continue
         del node[name]
-        key = name.split("__", 1)[1]
-        home = ENGINE_KEY_HOMES.get(key, f"{prefix}{key}")
+        home = homes.get(key, f"{prefix}{key}")
         if backbone != engine:
             result.notices.append(
                 f"'{dotted}' is for backbone '{engine}' only; not used on '{backbone}' ({where})."
@@ -293,10 +300,10 @@ def _route_engine_keys(
         result.notices.append(f"'{dotted}' is read as '{home}' on backbone '{engine}' ({where}).")
 
 
-def _readers(key: str) -> tuple[str, ...] | None:
+def _readers(key: str, read_by: Mapping[str, tuple[str, ...]]) -> tuple[str, ...] | None:
     parts = key.split(".")
     for n in range(len(parts), 0, -1):
-        found = READ_BY.get(".".join(parts[:n]))
+        found = read_by.get(".".join(parts[:n]))
         if found is not None:
             return found
     return None

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import Field, PrivateAttr, ValidationError, field_validator
@@ -41,7 +41,11 @@ from astuner.config_sections import (
     TrainerCommonConfig,
 )
 from astuner.config_yaml import MAX_DEPTH, load_yaml
+from astuner.declarations import declared
 from astuner.errors import ConfigError
+
+if TYPE_CHECKING:
+    from astuner.plugins import Plugins
 
 IGNORED_BLOCKS = ("hydra", "defaults")
 
@@ -156,6 +160,7 @@ def load_config(
     arguments: dict[str, Any] | None = None,
     backbone: str | None = None,
     for_training: bool = True,
+    plugins: Plugins | None = None,
 ) -> AstunerConfig:
     """Load, merge and validate a config; raise `ConfigError` with a readable reason.
 
@@ -168,6 +173,10 @@ def load_config(
     `backbone` (the CLI's `--backbone`) is laid over everything. Each layer
     is read through `astuner.compat` first, so the tutorials' old spellings
     load with one notice each.
+
+    What the plugins declare about the config (which backbone reads which
+    key, the old names they accept) comes from `plugins`, by default every
+    installed plugin.
     """
     source = Path(path) if path is not None else None
     file_data, notices = _read_config_file(source) if source is not None else ({}, [])
@@ -184,9 +193,12 @@ def load_config(
     for layer in raw_layers:
         merged = deep_merge(merged, layer.data)
     chosen = str(merged.get("backbone") or AstunerConfig.model_fields["backbone"].default)
+    known = declared(plugins if plugins is not None else _installed_plugins())
     layers = []
     for layer in raw_layers:
-        translation = compat.translate(layer.data, chosen, layer.describe(source))
+        translation = compat.translate(
+            layer.data, chosen, layer.describe(source), known, verbatim=PASSTHROUGH_BLOCKS
+        )
         notices += translation.notices
         layers.append(Layer(layer.kind, translation.data, translation.renamed))
     merged = {}
@@ -212,12 +224,19 @@ def load_config(
         config.experiment_name = source.stem if source is not None else "default"
         config._origins.computed["experiment_name"] = "read_yaml_name: the config file's name"
     unused = compat.unused_on_backbone(
-        config._origins.explicit_keys(), config.backbone, config.rollout.engine
+        config._origins.explicit_keys(), config.backbone, known, config.rollout.engine
     )
     if unused and for_training:
         notices.append(f"Not used on backbone '{config.backbone}': {', '.join(unused)}.")
     compat.emit_notices(notices)
     return config
+
+
+def _installed_plugins() -> Plugins:
+    """Every installed plugin, for a config loaded without the caller's plugins."""
+    from astuner.plugins import Plugins
+
+    return Plugins()
 
 
 def _read_config_file(path: Path) -> tuple[dict[str, Any], list[str]]:

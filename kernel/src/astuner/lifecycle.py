@@ -185,7 +185,7 @@ class Runs:
 
 def _warn_of_unbuildable_notifiers(config: AstunerConfig, plugins: Plugins) -> None:
     """Say which notifier the seeds' environment switches on cannot run; the run goes on without it."""
-    for name, variable in switched_on_notifiers(config.notify).items():
+    for name, variable in switched_on_notifiers(config.notify, plugins).items():
         if name not in plugins.registry("notifier"):
             get_logger().warning(
                 f"{variable} is set, which asks the notifier '{name}' to tell of the run's end, and that "

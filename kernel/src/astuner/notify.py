@@ -99,9 +99,9 @@ def summarize(
     )
 
 
-def enabled_notifiers(config: AstunerConfig) -> list[str]:
+def enabled_notifiers(config: AstunerConfig, plugins: Plugins) -> list[str]:
     """The notifiers this run tells: those with a `notify.<name>` block, and those the seeds switch on."""
-    return [*config.notify, *switched_on_notifiers(config.notify)]
+    return [*config.notify, *switched_on_notifiers(config.notify, plugins)]
 
 
 def notify_run_end(config: AstunerConfig, plugins: Plugins, summary: RunSummary) -> None:
@@ -110,7 +110,7 @@ def notify_run_end(config: AstunerConfig, plugins: Plugins, summary: RunSummary)
 
     log = get_logger()
     threads = []
-    for name in enabled_notifiers(config):
+    for name in enabled_notifiers(config, plugins):
         try:
             notifier = build(config, plugins, "notifier", name)
         except Exception as exc:  # said once when the run started (RunLifecycle.open); never costs its ending

@@ -84,4 +84,9 @@ def _tool_calls(trajectory: Trajectory) -> str:
 
 @hookimpl
 def register_backbones(register: Register) -> None:
-    register("debug", DebugBackbone, summary="Rollouts on the first tasks; no training, no Ray.")
+    register(
+        "debug",
+        DebugBackbone,
+        summary="Rollouts on the first tasks; no training, no Ray.",
+        reads=("debug",),  # its own block; no trainer_common, no batch sizes
+    )

@@ -36,6 +36,7 @@ def register_judges(register: Register) -> None:
         EnvServiceJudge,
         settings=EnvServiceJudgeSettings,
         summary="Reward from the environment's /evaluate score (success: 1 + 0.5·s, else 0.5·s).",
+        old_names=("env_service_as_judge->EnvServiceJudge",),
     )
 
 

@@ -18,10 +18,12 @@ def register_judges(register: Register) -> None:
         MathAnswerJudge,
         settings=MathAnswerSettings,
         summary="Final answer vs reference: boxed/#### extraction, numeric and symbolic equivalence.",
+        old_names=("math_answer_as_judge->MathAnswerAsJudge",),
     )
     register(
         "math_answer_llm",
         MathAnswerLlmJudge,
         settings=MathAnswerLlmSettings,
         summary="math_answer, plus an auxiliary model's verdict where the rule finds no match.",
+        old_names=("math_answer_as_judge->MathAnswerAndLlmAsJudge",),
     )

@@ -17,4 +17,10 @@ from astuner_notify.notifiers import (
 def register_notifiers(register: Register) -> None:
     register("webhook", WebhookNotifier, settings=WebhookSettings, summary="POST the run summary as JSON")
     register("command", CommandNotifier, settings=CommandSettings, summary="Run a command, summary on stdin")
-    register("sms", SmsNotifier, settings=SmsSettings, summary="Text PHONE_NUMBERS through Twilio")
+    register(
+        "sms",
+        SmsNotifier,
+        settings=SmsSettings,
+        summary="Text PHONE_NUMBERS through Twilio",
+        switched_on_by=("PHONE_NUMBERS",),
+    )
