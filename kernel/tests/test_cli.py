@@ -181,7 +181,7 @@ def test_a_registered_plugin_command_is_not_shadowed(plugins: Plugins) -> None:
 
 def test_a_logview_companion_must_serve_a_page(app_with_backbone, plugins: Plugins, write_config) -> None:
     @contextmanager
-    def no_page(value, config, folder):
+    def no_page(value, run_folder):
         yield object()
 
     def register_companions(register):

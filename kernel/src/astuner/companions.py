@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from astuner.components import build_companion
 from astuner.errors import AstunerError, PluginError
 from astuner.logs import get_logger
 from astuner.protocols import ServesPage
@@ -269,9 +270,11 @@ def companions_for_run(
 ) -> Iterator[list[Any]]:
     """The `requested` companions (name -> value), running while the block runs.
 
-    Each is built by its registered factory as `factory(value, config,
-    folder)` and entered in order, so one that fails to start stops those
-    already running. Their logs go to `folder` (the experiment folder). In
+    Each is built by its registered factory as `factory(value, **services)`
+    (`astuner.components.build_companion`: the services it names, such as
+    `run_folder`, this `folder`, or `settings_of`) and entered in order, so
+    one that fails to start stops those already running. Their logs go to
+    `folder` (the experiment folder). In
     the main thread SIGTERM is turned into SystemExit meanwhile, so a
     terminated run still stops its companions.
     """
@@ -282,7 +285,7 @@ def companions_for_run(
             stack.enter_context(_sigterm_exits())
         for name, value in requested.items():
             registration = plugins.get("companion", name)
-            started.append(stack.enter_context(registration.build(None, value, config, folder)))
+            started.append(stack.enter_context(build_companion(config, plugins, registration, value, folder)))
         yield started
 
 
@@ -304,7 +307,7 @@ def serving_page(
     registration: Registration, value: str | None, config: AstunerConfig, folder: str | Path
 ) -> Iterator[ServesPage]:
     """The companion `registration` started as `--with-NAME value` would, for one that serves a page."""
-    with registration.build(None, value, config, Path(folder)) as started:
+    with build_companion(config, None, registration, value, Path(folder)) as started:
         if not isinstance(started, ServesPage):
             raise PluginError(
                 f"Companion '{registration.name}' of plugin {registration.plugin} yields a "

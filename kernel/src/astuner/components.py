@@ -192,16 +192,20 @@ def judge_engine_model(config: AstunerConfig) -> EngineModel | None:
 
 
 def _services(
-    config: AstunerConfig, plugins: Plugins, run_folder: Path | None
+    config: AstunerConfig, plugins: Plugins | None, run_folder: Path | None
 ) -> dict[str, Callable[[], Any]]:
     """The named services a factory may declare, each made only when one does."""
     paths = config.search_paths()
+
+    def installed() -> Plugins:
+        return plugins if plugins is not None else Plugins()
+
     return {
-        "engines": lambda: Engines(plugins, paths),
+        "engines": lambda: Engines(installed(), paths),
         "judge_model": lambda: judge_engine_model(config),
         "run_folder": lambda: run_folder,
         "settings_of": lambda: (
-            lambda kind, name: plugin_settings(config, plugins.get(kind, name, search_paths=paths))
+            lambda kind, name: plugin_settings(config, installed().get(kind, name, search_paths=paths))
         ),
         "workflow_source": lambda: WorkflowSource(
             name=config.rollout.agentscope_workflow or "",
@@ -223,6 +227,17 @@ def build(
     """
     reg = plugins.get(kind, name, search_paths=config.search_paths())
     return _call(reg, plugin_settings(config, reg), _services(config, plugins, run_folder))
+
+
+def build_companion(
+    config: AstunerConfig, plugins: Plugins | None, reg: Registration, value: str | None, run_folder: Path
+) -> Any:
+    """Companion `reg` as `--with-NAME value` asks: `factory(value, **the services it names)`.
+
+    `plugins` may be None where the caller holds only the registration;
+    `engines` and `settings_of` then use the installed plugins.
+    """
+    return _call(reg, None, _services(config, plugins, run_folder), value)
 
 
 def _call(

@@ -13,9 +13,11 @@ from pathlib import Path
 import httpx
 import pytest
 from astuner_judge_envservice.companions import appworld_companion, env_service_companion
+from astuner_judge_envservice.settings import EnvServiceSettings
 from envservice_helpers import free_port, instance_counts
 
 from astuner.companions import Companion, companion_requests, companions_for_run
+from astuner.components import build_companion
 from astuner.config import load_config
 from astuner.errors import AstunerError
 from astuner.plugins import Plugins
@@ -32,11 +34,17 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def reader_settings(*overrides: str) -> EnvServiceSettings:
+    """The example's `task_reader.env_service` block with `overrides`, as its reader validates it."""
+    config = load_config(EXAMPLE, list(overrides))
+    return EnvServiceSettings.model_validate(config.task_reader.model_extra["env_service"])
+
+
 def test_config_errors_name_the_key() -> None:
-    remote = load_config(EXAMPLE, ["task_reader.env_service.env_url=http://10.0.0.5:8080"])
+    remote = reader_settings("task_reader.env_service.env_url=http://10.0.0.5:8080")
     with pytest.raises(AstunerError, match=r"use http://127.0.0.1:<port>"):
         env_service_companion(remote, "guess_number")
-    other = load_config(EXAMPLE, ["task_reader.env_service.env_type=countdown"])
+    other = reader_settings("task_reader.env_service.env_type=countdown")
     with pytest.raises(AstunerError, match=r"task_reader.env_service.env_type is 'countdown'"):
         env_service_companion(other, "guess_number")
     with pytest.raises(AstunerError, match=r"APPWORLD_PATH .* is not set"):
@@ -59,9 +67,9 @@ def test_the_command_line_asks_for_companions_by_flag(env_plugins: Plugins) -> N
         companion_requests(["--with-envs", "x"], env_plugins)
     config = load_config(EXAMPLE)
     with pytest.raises(AstunerError, match="--with-env needs the environment"):
-        env_plugins.get("companion", "env").build(None, None, config, Path("."))
+        build_companion(config, env_plugins, env_plugins.get("companion", "env"), None, Path("."))
     with pytest.raises(AstunerError, match="--with-appworld takes no value"):
-        env_plugins.get("companion", "appworld").build(None, "x", config, Path("."))
+        build_companion(config, env_plugins, env_plugins.get("companion", "appworld"), "x", Path("."))
 
 
 def test_a_command_that_dies_is_reported_with_its_log(tmp_path: Path) -> None:
@@ -103,7 +111,9 @@ def test_with_env_serves_the_configured_port_and_stops_exactly_its_process(
             assert pid is not None and alive(pid)
             assert instance_counts(f"http://127.0.0.1:{port}")["live"] == 0
             with pytest.raises(AstunerError, match="something already answers"):
-                env_service_companion(config, "guess_number").start()
+                env_service_companion(
+                    EnvServiceSettings(env_url=f"http://127.0.0.1:{port}"), "guess_number"
+                ).start()
         assert not alive(pid)
         assert "Starting server on" in (tmp_path / "envservice.log").read_text()
         assert alive(bystander.pid)  # an unrelated python process is left alone
@@ -117,14 +127,14 @@ def test_with_env_serves_the_configured_port_and_stops_exactly_its_process(
 @pytest.mark.slow
 def test_with_appworld_runs_the_script_and_stops_its_children(tmp_path: Path) -> None:
     port = free_port()
-    config = load_config(EXAMPLE, [f"task_reader.env_service.env_url=http://127.0.0.1:{port}"])
+    settings = EnvServiceSettings(env_url=f"http://127.0.0.1:{port}")
     # A stand-in for the AppWorld launcher: a script that starts the service as its child.
     script = (
         f"{sys.executable} -m astuner envservice serve --env guess_number --port {port} & "
         "echo $! > child.pid; wait"
     )
     environ = {**os.environ, "APPWORLD_PATH": str(tmp_path), "APPWORLD_SCRIPT": script}
-    with appworld_companion(config, environ=environ) as companion:
+    with appworld_companion(settings, environ=environ) as companion:
         child = int((tmp_path / "child.pid").read_text())
         assert alive(companion.pid) and alive(child)
         profile = httpx.post(f"http://127.0.0.1:{port}/get_env_profile", json={"env_type": "guess_number"})
@@ -138,9 +148,9 @@ def test_a_companion_stops_when_its_run_is_killed(tmp_path: Path) -> None:
     run = (
         "import sys, time\n"
         "from astuner_judge_envservice.companions import env_service_companion\n"
-        "from astuner.config import load_config\n"
-        f"config = load_config({str(EXAMPLE)!r}, ['task_reader.env_service.env_url=http://127.0.0.1:{port}'])\n"
-        "companion = env_service_companion(config, 'guess_number').start()\n"
+        "from astuner_judge_envservice.settings import EnvServiceSettings\n"
+        f"settings = EnvServiceSettings(env_url='http://127.0.0.1:{port}')\n"
+        "companion = env_service_companion(settings, 'guess_number').start()\n"
         "print(companion.pid, flush=True)\n"
         "time.sleep(120)\n"
     )

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 from astuner_judge_envservice.companions import env_service_companion
+from astuner_judge_envservice.settings import EnvServiceSettings
 from envservice_helpers import free_port, instance_counts
-
-from astuner.config import load_config
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "env_agent" / "env_agent.yaml"
 
@@ -27,7 +26,7 @@ def test_debug_run_of_the_env_agent_on_smollm2(workdir: Path) -> None:
         "rollout.multi_turn.max_steps=2",
         "rollout.max_response_length_in_one_turn=16",
     ]
-    with env_service_companion(load_config(EXAMPLE, overrides), "guess_number"):
+    with env_service_companion(EnvServiceSettings(env_url=url), "guess_number"):
         argv = [sys.executable, "-m", "astuner", "run", "--conf", str(EXAMPLE), "--backbone", "debug"]
         for override in overrides:
             argv += ["-o", override]

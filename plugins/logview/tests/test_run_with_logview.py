@@ -71,7 +71,7 @@ def test_the_companion_takes_a_port_number(tmp_path: Path) -> None:
     # `astuner eval --with-logview VALUE` hands VALUE over as it was typed
     with (
         pytest.raises(AstunerError, match=r"takes a port number .*, not 'eight'"),
-        serve_run("eight", None, tmp_path),
+        serve_run("eight", tmp_path),
     ):
         pass
 

@@ -13,23 +13,20 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import cast
 from urllib.parse import urlsplit
 
-from astuner.api import AstunerError, Companion
+from astuner.api import AstunerError, Companion, SettingsOf
 from astuner_judge_envservice.settings import EnvServiceSettings
 
 BUSY_HINT = "Or point task_reader.env_service.env_url at a free port."
 
 
-def env_service_url(config: Any) -> str:
-    """`task_reader.env_service.env_url`, or the settings' default."""
-    return str(_env_service_block(config).get("env_url") or _default("env_url")).rstrip("/")
-
-
-def env_service_companion(config: Any, env_name: str, log_path: str | Path | None = None) -> Companion:
-    """The reference EnvService serving `env_name` where the config's reader expects it."""
-    url = env_service_url(config)
+def env_service_companion(
+    settings: EnvServiceSettings, env_name: str, log_path: str | Path | None = None
+) -> Companion:
+    """The reference EnvService serving `env_name` where the reader (its `settings`) expects it."""
+    url = settings.env_url.rstrip("/")
     parts = urlsplit(url)
     if parts.scheme != "http" or parts.hostname not in ("127.0.0.1", "localhost"):
         raise AstunerError(
@@ -37,11 +34,10 @@ def env_service_companion(config: Any, env_name: str, log_path: str | Path | Non
             f"task_reader.env_service.env_url is {url!r}; use "
             "http://127.0.0.1:<port> (or drop --with-env to use a service elsewhere)."
         )
-    env_type = _env_service_block(config).get("env_type")
-    if env_type and env_type != env_name:
+    if "env_type" in settings.model_fields_set and settings.env_type != env_name:
         raise AstunerError(
             f"--with-env {env_name} serves env_type '{env_name}', but task_reader.env_service.env_type "
-            f"is '{env_type}'; make them the same."
+            f"is '{settings.env_type}'; make them the same."
         )
     port = parts.port or 80
     argv = [sys.executable, "-m", "astuner", "envservice", "serve", "--env", env_name, "--port", str(port)]
@@ -55,9 +51,14 @@ def env_service_companion(config: Any, env_name: str, log_path: str | Path | Non
 
 
 def appworld_companion(
-    config: Any, environ: Mapping[str, str] | None = None, log_path: str | Path | None = None
+    settings: EnvServiceSettings,
+    environ: Mapping[str, str] | None = None,
+    log_path: str | Path | None = None,
 ) -> Companion:
-    """The seeds' AppWorld service: `$APPWORLD_SCRIPT` run by bash in `$APPWORLD_PATH`."""
+    """The seeds' AppWorld service: `$APPWORLD_SCRIPT` run by bash in `$APPWORLD_PATH`.
+
+    It is awaited at the reader's `env_url` (its `settings`).
+    """
     environ = os.environ if environ is None else environ
     path, script = environ.get("APPWORLD_PATH"), environ.get("APPWORLD_SCRIPT")
     if not path or not script:
@@ -76,37 +77,36 @@ def appworld_companion(
         ["bash", "-c", script],
         cwd=path,
         env=dict(environ),
-        health_url=f"{env_service_url(config)}/healthz",
+        health_url=f"{settings.env_url.rstrip('/')}/healthz",
         log_path=log_path,
         startup_timeout=600.0,
         busy_hint=BUSY_HINT,
     )
 
 
-def serve_env(value: str | None, config: Any, folder: Path) -> Companion:
-    """Companion `env` (`--with-env NAME`): the reference service for game `NAME`."""
+def serve_env(value: str | None, run_folder: Path, settings_of: SettingsOf) -> Companion:
+    """Companion `env` (`--with-env NAME`): the reference service for game `NAME`.
+
+    It serves where the run's `env_service` reader block (`settings_of`) expects it.
+    """
     if not value:
         raise AstunerError(
             "--with-env needs the environment to serve, e.g. --with-env guess_number "
             "(astuner envservice serve --help lists them)."
         )
-    return env_service_companion(config, value, log_path=folder / "envservice.log")
+    return env_service_companion(_reader_settings(settings_of), value, log_path=run_folder / "envservice.log")
 
 
-def serve_appworld(value: str | None, config: Any, folder: Path) -> Companion:
+def serve_appworld(value: str | None, run_folder: Path, settings_of: SettingsOf) -> Companion:
     """Companion `appworld` (`--with-appworld`): the seeds' AppWorld service; takes no value."""
     if value:
         raise AstunerError(
             f"--with-appworld takes no value (got {value!r}); the service is named by APPWORLD_PATH and "
             "APPWORLD_SCRIPT in the environment."
         )
-    return appworld_companion(config, log_path=folder / "appworld.log")
+    return appworld_companion(_reader_settings(settings_of), log_path=run_folder / "appworld.log")
 
 
-def _env_service_block(config: Any) -> dict[str, Any]:
-    """The raw `task_reader.env_service` block (validated when the reader is built)."""
-    return dict((config.task_reader.model_extra or {}).get("env_service") or {})
-
-
-def _default(key: str) -> Any:
-    return EnvServiceSettings.model_fields[key].default
+def _reader_settings(settings_of: SettingsOf) -> EnvServiceSettings:
+    """The run's `task_reader.env_service` block, validated (defaults where the run has none)."""
+    return cast(EnvServiceSettings, settings_of("reader", "env_service"))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from astuner.api import AstunerConfig, AstunerError, Register, hookimpl
+from astuner.api import AstunerError, Register, hookimpl
 
 if TYPE_CHECKING:
     from astuner_logview.server import LogviewServer
@@ -78,7 +78,7 @@ def logview(
 
 
 @contextmanager
-def serve_run(value: str | None, config: AstunerConfig, folder: Path) -> Iterator[LogviewServer]:
+def serve_run(value: str | None, run_folder: Path) -> Iterator[LogviewServer]:
     """Companion `logview`: the viewer on the run's folder while the run lasts; `value` is the port."""
     from astuner_logview.server import DEFAULT_PORT, start_logview
 
@@ -87,7 +87,7 @@ def serve_run(value: str | None, config: AstunerConfig, folder: Path) -> Iterato
             f"The log viewer companion takes a port number (0 picks a free one), not '{value}'. "
             "Write --with-logview alone for port 8181, or give a number."
         )
-    viewer = start_logview(folder, port=int(value) if value is not None else DEFAULT_PORT)
+    viewer = start_logview(run_folder, port=int(value) if value is not None else DEFAULT_PORT)
     try:
         yield viewer
     finally:
