@@ -46,8 +46,32 @@ about the plugin (each is refused on a kind it means nothing for):
 - `switched_on_by` (notifiers): environment variables that turn this
   notifier on without a `notify.<name>` block (`PHONE_NUMBERS` for `sms`).
 
-A factory that declares keyword parameters `config` and/or `plugins` is also
-given the resolved `AstunerConfig` and the plugin manager.
+A factory never receives the whole run config. Besides its settings block it
+is given, by keyword, each of these named services whose name its signature
+declares (types in `astuner.api`):
+
+- `engines` (`Engines`): `engines.build(name, settings, model, key=...)`
+  builds any installed engine from that engine's raw settings block (checked
+  against its settings model; errors name `key` and the wrong key in it) and
+  the `EngineModel` it serves: an LLM judge's own model, say.
+- `judge_model` (`EngineModel | None`): the judging model the kernel's
+  `task_judge.alien_llm_model` and `alien_llm_response_length` name.
+- `run_folder` (`Path | None`): the run's folder, where it has one.
+- `settings_of` (`SettingsOf`): `settings_of(kind, name)`, the validated
+  settings block of another plugin of the run, e.g. a companion's
+  `settings_of("reader", "env_service")`.
+- `workflow_source` (`WorkflowSource`): the run's workflow name, search
+  paths and rollout timeout, for an executor that loads the workflow
+  elsewhere.
+
+    @hookimpl
+    def register_judges(register):
+        register("llm", LlmJudge, settings=LlmJudgeSettings)
+
+    class LlmJudge:
+        def __init__(self, settings, engines, judge_model):
+            model = EngineModel(path=settings.model or judge_model.path, max_tokens=64)
+            self.engine = engines.build(settings.engine, settings.engine_settings, model)
 
 What each factory must return is described per hook below and typed in
 `astuner.api`, the one kernel module a plugin imports.
@@ -113,7 +137,9 @@ def register_judges(register: Register) -> None:
 
     The factory returns a `Judge`: `async judge(task, output) -> JudgeOutput`.
     Settings live under `task_judge.<name>`; the judge is chosen by
-    `task_judge.judge_protocol`.
+    `task_judge.judge_protocol`. A judge that asks a model of its own
+    declares the `engines` and `judge_model` services (module docstring) and
+    builds its engine from its own settings: never from the run's config.
     """
 
 
@@ -141,9 +167,12 @@ def register_backbones(register: Register) -> None:
 def register_engines(register: Register) -> None:
     """Register inference engines.
 
-    The factory is called as `factory(settings, config)` (just `factory(config)`
-    without a settings model), since an engine needs the model path and
-    lengths from the whole config. It returns a `TokenEngine`
+    The factory is called as `factory(settings, model)` (just `factory(model)`
+    without a settings model): `model` is the `EngineModel` it serves (path,
+    url, max_model_len, max_tokens per reply, tensor_parallel_size, seed),
+    made by the kernel from `model.path` and `rollout.*` for the policy, from
+    an `auxiliary_models.<name>` entry for an auxiliary model, or by a plugin
+    through the `engines` service. It returns a `TokenEngine`
     (`async generate(prompt_ids, sampling) -> Generation`: ids, logprobs, finish_reason and
     optionally the policy version)
     or, for text-only remote endpoints, a `ChatEngine`; both are in
@@ -162,8 +191,9 @@ def register_executors(register: Register) -> None:
     tracker, judge and madness checks. Chosen by `rollout.executor`, checked
     against the installed executors when the config loads; `local`, the
     default, is no executor: the workflow runs in the runner's event loop.
-    There is no settings block; a factory that declares a `config`
-    parameter is given the resolved config.
+    There is no settings block; an executor that loads the workflow in
+    another process declares the `workflow_source` service. The config a
+    workflow reads reaches it as `workflow_task.config`.
     """
 
 
@@ -184,11 +214,13 @@ def register_companions(register: Register) -> None:
     """Register companions: services started beside a run and stopped after it.
 
     Asked for on the command line as `astuner run --with-NAME [VALUE]` (and
-    `astuner eval`). The factory is called as `factory(value, config, folder)`:
-    the flag's value (None for a bare flag), the resolved config and the
-    run's folder (for its log). It returns a context manager that starts the
-    service on entry, returns once it is ready, and stops it on exit; an
-    `astuner.api.Companion` (a process awaited on `/healthz`) is one.
+    `astuner eval`). The factory is called as `factory(value, **services)`:
+    the flag's value (None for a bare flag), and the named services it
+    declares (module docstring), typically `run_folder` (for its log) and
+    `settings_of` (the block of the reader it serves, say). It returns a
+    context manager that starts the service on entry, returns once it is
+    ready, and stops it on exit; an `astuner.api.Companion` (a process
+    awaited on `/healthz`) is one.
 
     The name `logview` is the log viewer's (plugin astuner-logview):
     `astuner run --with-logview` starts it with the `--logview-port` value
