@@ -1,21 +1,24 @@
-"""A companion `stopwatch`: `astuner run --with-stopwatch [LABEL]` writes how long the run took."""
+"""A companion `stopwatch`: `astuner run --with-stopwatch [LABEL]` writes how long the run took.
+
+Besides the flag's value it names the one service it needs, `run_folder`.
+"""
 
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from astuner.api import AstunerConfig, Register, hookimpl
+from astuner.api import Register, hookimpl
 
 
 @contextmanager
-def stopwatch(label: str | None, config: AstunerConfig, folder: Path) -> Iterator[None]:
+def stopwatch(label: str | None, run_folder: Path) -> Iterator[None]:
     started = time.monotonic()
     try:
         yield  # the run happens here
     finally:
         seconds = time.monotonic() - started
-        (folder / "stopwatch.txt").write_text(f"{label or config.experiment_name}: {seconds:.1f} s\n")
+        (run_folder / "stopwatch.txt").write_text(f"{label or 'run'}: {seconds:.1f} s\n")
 
 
 @hookimpl

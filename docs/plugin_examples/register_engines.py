@@ -1,10 +1,13 @@
-"""An engine `canned`: the same reply to every prompt, for trying a workflow without a model."""
+"""An engine `canned`: the same reply to every prompt, for trying a workflow without a model.
+
+It is built from its settings block and the `EngineModel` it serves (here: whose tokens to reply in).
+"""
 
 from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from astuner.api import AstunerConfig, Generation, Register, SamplingParams, hookimpl, load_tokenizer
+from astuner.api import EngineModel, Generation, Register, SamplingParams, hookimpl, load_tokenizer
 
 
 class CannedSettings(BaseModel):
@@ -12,8 +15,8 @@ class CannedSettings(BaseModel):
 
 
 class CannedEngine:
-    def __init__(self, settings: CannedSettings, config: AstunerConfig) -> None:
-        tokenizer = load_tokenizer(config.model.path)
+    def __init__(self, settings: CannedSettings, model: EngineModel) -> None:
+        tokenizer = load_tokenizer(model.path)
         self.reply = [*tokenizer.encode(settings.reply), tokenizer.end_of_turn_id]
 
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
