@@ -82,7 +82,8 @@ class Registration:
     def build(self, settings: BaseModel | None = None, *args: Any) -> Any:
         """Call the factory: with the validated settings block if it declares one.
 
-        `args` follow the settings (engines also receive the whole config).
+        `args` follow the settings, e.g. the `EngineModel` an engine serves
+        (`astuner.components`, which also adds the services a factory names).
         """
         if self.settings is None:
             return self.factory(*args)
