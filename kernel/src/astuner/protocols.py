@@ -175,6 +175,50 @@ class StepsAsync(Protocol):
 
 
 @runtime_checkable
+class ComputesReward(Protocol):
+    """A judge in an older form, given by import string: `compute_reward` instead of `judge`.
+
+    The seeds' `compute_reward(workflow_task, workflow_output)` returns
+    `(reward, is_success)`; the first tutorials' form takes one argument,
+    `judge_input_dictionary`. `astuner.rollout.judging` adapts either to
+    the `Judge` protocol; an object that is a `Judge` as well is judged by
+    its `judge`.
+    """
+
+    def compute_reward(self, *args: Any) -> Any: ...
+
+
+@runtime_checkable
+class ExecutesTasks(Protocol):
+    """A workflow object: `async execute(workflow_task, model_tuner)` runs one rollout (see `Workflow`)."""
+
+    async def execute(self, workflow_task: WorkflowTask, model_tuner: ModelTuner) -> WorkflowOutput: ...
+
+
+@runtime_checkable
+class ExecutesTasksAsSeeds(Protocol):
+    """A workflow object in the seeds' form: `agentscope_execute` instead of `execute`.
+
+    `agentscope_execute(workflow_task, model_tuner)`, or the first tutorials'
+    `agentscope_execute(init_messages, astune_proxy, config)`. It is used
+    when the object has no `execute` of its own (a `Workflow` subclass
+    inherits one that only raises).
+    """
+
+    async def agentscope_execute(self, *args: Any) -> Any: ...
+
+
+@runtime_checkable
+class DeclaresTrainableTargets(Protocol):
+    """A workflow that names the agents whose calls train (`rollout.trainable_targets` overrides it).
+
+    None or empty: every agent's calls train.
+    """
+
+    trainable_targets: list[str] | None
+
+
+@runtime_checkable
 class NamesItsOrigin(Protocol):
     """A `Judge` that says where it came from (`'my_package.judge->MyJudge'`), for the runner's messages.
 

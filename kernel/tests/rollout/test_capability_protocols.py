@@ -8,6 +8,8 @@ then act on exactly that answer.
 import asyncio
 from typing import Any
 
+from pydantic import Field
+
 from astuner import Task, Workflow, WorkflowOutput
 from astuner.core.task import JudgeOutput
 from astuner.protocols import Closes, ClosesAsync, NamesItsOrigin, StepsAsync
@@ -129,3 +131,68 @@ def test_the_runner_names_a_judge_by_its_origin_or_else_its_class(make_runner) -
         errors.append(trajectory.error)
     assert errors[0].startswith("The judge NanJudge returned a non-finite reward")
     assert errors[1].startswith("The judge 'my_judges->NamedNanJudge' returned a non-finite reward")
+
+
+class SeedJudge:
+    def compute_reward(self, workflow_task, workflow_output):
+        return 1.0, True
+
+
+class BothJudge(SeedJudge):
+    async def judge(self, task: Task, output: WorkflowOutput) -> JudgeOutput:
+        return JudgeOutput(reward=0.25, is_success=False)
+
+
+def test_a_judge_form_is_told_by_protocol_and_judge_wins_over_compute_reward() -> None:
+    from astuner.protocols import ComputesReward, Judge
+    from astuner.rollout.judging import AdaptedJudge
+
+    assert isinstance(SeedJudge(), ComputesReward) and not isinstance(SeedJudge(), Judge)
+    assert not isinstance(Bare(), ComputesReward)
+    verdict = asyncio.run(AdaptedJudge(BothJudge(), "both").judge(TASK, WorkflowOutput()))
+    assert verdict.reward == 0.25
+    seed = asyncio.run(AdaptedJudge(SeedJudge(), "seed").judge(TASK, WorkflowOutput()))
+    assert (seed.reward, seed.is_success) == (1.0, True)
+
+
+class SeedWorkflow(Workflow):
+    """A `Workflow` subclass in the seeds' form: its `execute` is the inherited one that raises."""
+
+    trainable_targets: list[str] = Field(default_factory=lambda: ["solver"])
+
+    async def agentscope_execute(self, workflow_task, model_tuner) -> WorkflowOutput:
+        return WorkflowOutput(reward=0.5)
+
+
+class PlainWorkflow:
+    trainable_targets = None
+
+    async def execute(self, workflow_task, model_tuner) -> WorkflowOutput:
+        return WorkflowOutput(reward=0.75)
+
+
+def test_a_workflow_form_is_told_by_protocol() -> None:
+    from astuner.protocols import DeclaresTrainableTargets, ExecutesTasks, ExecutesTasksAsSeeds
+    from astuner.rollout.workflow import adapt_workflow
+
+    seed_form, plain_form, bare = SeedWorkflow(), PlainWorkflow(), Bare()
+    assert isinstance(seed_form, ExecutesTasksAsSeeds) and not isinstance(plain_form, ExecutesTasksAsSeeds)
+    assert isinstance(plain_form, ExecutesTasks) and not isinstance(bare, ExecutesTasks)
+    assert isinstance(seed_form, DeclaresTrainableTargets) and not isinstance(bare, DeclaresTrainableTargets)
+    seed, plain = adapt_workflow(SeedWorkflow, "seed"), adapt_workflow(PlainWorkflow, "plain")
+    assert (seed.trainable_targets, plain.trainable_targets) == (["solver"], [])
+    assert asyncio.run(seed.run(None, None)).reward == 0.5
+    assert asyncio.run(plain.run(None, None)).reward == 0.75
+
+
+class Message:
+    def get_text_content(self) -> str | None:
+        return None
+
+
+def test_a_message_that_gives_its_text_is_read_by_it() -> None:
+    from astuner.core.task import HasTextContent, text_of
+
+    assert isinstance(Message(), HasTextContent) and not isinstance(Bare(), HasTextContent)
+    assert text_of(Message()) == ""
+    assert text_of(Bare()).startswith("<")

@@ -7,7 +7,7 @@ All are pydantic models so they serialise to the rollout log as JSON.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
 
@@ -33,6 +33,17 @@ class Task(BaseModel):
         return self.metadata.get("answer")
 
 
+@runtime_checkable
+class HasTextContent(Protocol):
+    """A message that gives its text, as AgentScope's `Msg` does (None when it holds no text).
+
+    Declared here rather than in `astuner.protocols`, which builds on this
+    module: the token core depends on nothing above it.
+    """
+
+    def get_text_content(self) -> str | None: ...
+
+
 def text_of(value: Any) -> str | None:
     """The text of a response: a string as is, an AgentScope `Msg` by its text content.
 
@@ -40,9 +51,8 @@ def text_of(value: Any) -> str | None:
     """
     if value is None or isinstance(value, str):
         return value
-    get_text = getattr(value, "get_text_content", None)
-    if callable(get_text):
-        return get_text() or ""
+    if isinstance(value, HasTextContent):
+        return value.get_text_content() or ""
     return str(value)
 
 

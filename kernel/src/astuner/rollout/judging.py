@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -23,12 +24,12 @@ from astuner.components import build_judge
 from astuner.core.task import JudgeOutput, Task, WorkflowOutput, WorkflowTask
 from astuner.errors import AstunerError, ConfigError
 from astuner.import_strings import is_import_string
+from astuner.protocols import ComputesReward, Judge
 from astuner.rollout.workflow import check_function_signature, look_alike_fields, task_as_dict
 
 if TYPE_CHECKING:
     from astuner.config import AstunerConfig
     from astuner.plugins import Plugins
-    from astuner.protocols import Judge
 
 
 def as_judge_output(value: Any, where: str) -> JudgeOutput:
@@ -52,11 +53,15 @@ class AdaptedJudge:
 
     def __init__(self, obj: Any, where: str) -> None:
         self.where = where
-        self._method = getattr(obj, "judge", None) or getattr(obj, "compute_reward", None)
+        self._method: Callable[..., Any] | None = None
+        if isinstance(obj, Judge):
+            self._method = obj.judge
+        elif isinstance(obj, ComputesReward):
+            self._method = obj.compute_reward
         self._function = None
         self._takes_dictionary = False
         # The seeds' compute_reward(workflow_task, workflow_output) reads workflow_task.task, .gym_env, ...
-        self._takes_workflow_task = getattr(obj, "judge", None) is None
+        self._takes_workflow_task = not isinstance(obj, Judge)
         if self._method is None or inspect.isfunction(obj):
             if not callable(obj):
                 raise ConfigError(f"The judge {where} has no judge()/compute_reward() and is not callable.")

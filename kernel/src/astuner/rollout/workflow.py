@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from astuner import compat
 from astuner.core.task import Task, WorkflowOutput, WorkflowTask
 from astuner.errors import AstunerError, ConfigError
+from astuner.protocols import DeclaresTrainableTargets, ExecutesTasks, ExecutesTasksAsSeeds
 from astuner.rollout.model_tuner import ModelTuner
 
 if TYPE_CHECKING:
@@ -132,9 +133,10 @@ def adapt_workflow(obj: Any, where: str) -> LoadedWorkflow:
                 f"The workflow {where} raised while it was being created ({obj.__name__}()): "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-    method = getattr(obj, "execute", None)
-    if getattr(type(obj), "execute", None) is Workflow.execute or method is None:
-        method = getattr(obj, "agentscope_execute", None) or method  # the seeds' name for it
+    method = obj.execute if isinstance(obj, ExecutesTasks) else None
+    inherited = isinstance(obj, Workflow) and type(obj).execute is Workflow.execute
+    if (method is None or inherited) and isinstance(obj, ExecutesTasksAsSeeds):
+        method = obj.agentscope_execute  # the seeds' name for it
     if method is not None and not inspect.isfunction(obj):
         first_form = list(inspect.signature(method).parameters)[:1] == ["init_messages"]
 
@@ -146,7 +148,8 @@ def adapt_workflow(obj: Any, where: str) -> LoadedWorkflow:
                 result = method(workflow_task, model_tuner)
             return as_workflow_output(await result, where)
 
-        return LoadedWorkflow(run_method, list(getattr(obj, "trainable_targets", None) or []))
+        targets = obj.trainable_targets if isinstance(obj, DeclaresTrainableTargets) else None
+        return LoadedWorkflow(run_method, list(targets or []))
     if callable(obj):
         check_function_signature(obj, ("task", "model"), ("auxiliary_models",), "workflow")
         takes_aux = "auxiliary_models" in inspect.signature(obj).parameters
