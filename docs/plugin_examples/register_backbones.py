@@ -2,7 +2,8 @@
 
 import json
 
-from astuner.api import Register, RunContext, build_reader, hookimpl
+from astuner.api import Register, hookimpl
+from astuner.training import RunContext, build_reader
 
 
 class CountTasks:

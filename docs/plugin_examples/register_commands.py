@@ -5,7 +5,8 @@ import json
 
 import typer
 
-from astuner.api import ConfOption, OverrideOption, Runs, handle_user_errors, hookimpl, load_config
+from astuner.api import Runs, hookimpl
+from astuner.training import ConfOption, OverrideOption, handle_user_errors, load_config
 
 
 @hookimpl

@@ -4,7 +4,8 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from astuner.api import ModelTuner, Register, RolloutRunner, WorkflowOutput, WorkflowTask, hookimpl
+from astuner.api import ModelTuner, Register, WorkflowOutput, WorkflowTask, hookimpl
+from astuner.training import RolloutRunner
 
 
 class TimedExecutor:

@@ -1,11 +1,14 @@
-"""Plugins import the kernel only through `astuner.api`, and that module documents what it offers.
+"""Plugins import the kernel only through its two public modules, which stay small, cheap and documented.
 
-An AST scan of every `plugins/*/src/**/*.py` reports each import of a kernel
-module other than `astuner.api` (at module level, inside functions and under
-`if TYPE_CHECKING:` alike, plus `importlib.import_module("astuner...")`) and
-each import of another plugin's package. The "Write a plugin" docs page is
-generated from the docstrings of `astuner.api.__all__`, so every class and
-function there must have its own.
+`astuner.api` serves extension plugins (readers, judges, engines, notifiers,
+tools, the log viewer: the "leaf" plugins, which import nothing else);
+`astuner.training` serves the few that compose a training step (backbones,
+executors, commands that run rollouts). An AST scan of every
+`plugins/*/src/**/*.py` reports each import of another kernel module (at
+module level, inside functions and under `if TYPE_CHECKING:` alike, plus
+`importlib.import_module("astuner...")`) and each import of another plugin's
+package. The docs pages are generated from the docstrings of both modules'
+`__all__`, so every class and function there must have its own.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -21,9 +25,26 @@ import pytest
 
 import astuner
 import astuner.api
+import astuner.training
 
 PLUGINS = Path(astuner.__file__).resolve().parents[3] / "plugins"
 API = "astuner.api"
+TRAINING = "astuner.training"
+# Plugins that compose a training step or run rollouts themselves; every other plugin is a leaf.
+COMPOSERS = {"backbone-torch", "backbone-verl", "backbone-trinity", "executor-ray", "eval"}
+LEAVES = {
+    "judge-math",
+    "judge-envservice",
+    "reader-hf",
+    "engine-vllm",
+    "engine-openai",
+    "notify",
+    "tools",
+    "logview",
+}
+API_LIMIT = 40
+# What a plugin author's first import must not pay for.
+HEAVY = ("typer", "torch", "transformers", "fastapi", "uvicorn", "agentscope")
 
 
 def plugin_packages() -> dict[str, str]:
@@ -54,14 +75,16 @@ def _imported_modules(node: ast.AST) -> list[str]:
     return []
 
 
-def forbidden_imports(source: str, filename: str, own_package: str, packages: dict[str, str]) -> list[str]:
-    """`file:line: module (why)` for each import of a kernel module but `astuner.api` or of another plugin."""
+def forbidden_imports(
+    source: str, filename: str, own_package: str, packages: dict[str, str], public: tuple[str, ...] = (API,)
+) -> list[str]:
+    """`file:line: module (why)` for each import of a kernel module outside `public`, or of another plugin."""
     found = []
     for node in ast.walk(ast.parse(source, filename)):
         for module in _imported_modules(node):
             top = module.split(".")[0]
-            if _kernel_module(module) and module != API:
-                found.append((node.lineno, module, f"import it from {API}"))
+            if _kernel_module(module) and module not in public:
+                found.append((node.lineno, module, f"import it from {' or '.join(public)}"))
             elif top in packages and top != own_package:
                 found.append((node.lineno, module, f"plugin {packages[top]}'s internals"))
     return [f"{filename}:{line}: {module} ({why})" for line, module, why in sorted(found)]
@@ -102,27 +125,46 @@ def test_the_scan_reports_every_form_of_a_kernel_or_foreign_plugin_import() -> N
     ]
 
 
+def test_the_scan_lets_a_composer_import_the_training_module_and_a_leaf_not() -> None:
+    source = "from astuner.api import Task\nfrom astuner.training import RunContext\n"
+    assert forbidden_imports(source, "p.py", "x", {}, public=(API, TRAINING)) == []
+    assert forbidden_imports(source, "p.py", "x", {}) == [
+        "p.py:2: astuner.training (import it from astuner.api)"
+    ]
+
+
 @pytest.mark.parametrize("package", sorted(plugin_packages()))
-def test_a_plugin_imports_the_kernel_only_through_astuner_api(package: str) -> None:
+def test_a_plugin_imports_the_kernel_only_through_its_public_modules(package: str) -> None:
     packages = plugin_packages()
-    root = PLUGINS / packages[package] / "src"
+    folder = packages[package]
+    public = (API, TRAINING) if folder in COMPOSERS else (API,)
+    root = PLUGINS / folder / "src"
     found = [
         problem
         for path in sorted((root / package).rglob("*.py"))
         for problem in forbidden_imports(
-            path.read_text(), str(path.relative_to(PLUGINS.parent)), package, packages
+            path.read_text(), str(path.relative_to(PLUGINS.parent)), package, packages, public
         )
     ]
     assert not found, (
-        f"Plugin {packages[package]} imports kernel internals or another plugin's modules; a plugin may "
-        f"import only {API} from the kernel (add a missing name to its __all__):\n" + "\n".join(found)
+        f"Plugin {folder} imports kernel internals or another plugin's modules; it may import only "
+        f"{' and '.join(public)} from the kernel (add a missing name to its __all__):\n" + "\n".join(found)
     )
 
 
-def test_every_plugin_folder_was_scanned() -> None:
-    assert sorted(plugin_packages().values()) == sorted(
-        p.name for p in PLUGINS.iterdir() if (p / "src").is_dir()
+def test_every_plugin_folder_was_scanned_and_is_a_leaf_or_a_composer() -> None:
+    folders = sorted(p.name for p in PLUGINS.iterdir() if (p / "src").is_dir())
+    assert sorted(plugin_packages().values()) == folders
+    assert sorted(LEAVES | COMPOSERS) == folders, "classify the new plugin as a leaf or a composer"
+    assert not LEAVES & COMPOSERS
+
+
+def test_the_plugin_api_stays_small() -> None:
+    assert len(astuner.api.__all__) <= API_LIMIT, (
+        f"astuner.api exports {len(astuner.api.__all__)} names (at most {API_LIMIT}): what only backbones, "
+        f"executors or rollout-running commands need belongs in {TRAINING}"
     )
+    assert not set(astuner.api.__all__) & set(astuner.training.__all__), "a name lives in one public module"
 
 
 def _own_docstring(obj: object) -> str | None:
@@ -133,22 +175,43 @@ def _own_docstring(obj: object) -> str | None:
     return doc.strip() if doc else None
 
 
-@pytest.mark.parametrize("name", astuner.api.__all__)
-def test_every_exported_name_resolves_and_documents_itself(name: str) -> None:
-    obj = getattr(astuner.api, name)
+PUBLIC_NAMES = [(module, name) for module in (astuner.api, astuner.training) for name in module.__all__]
+
+
+@pytest.mark.parametrize(("module", "name"), PUBLIC_NAMES, ids=[f"{m.__name__}.{n}" for m, n in PUBLIC_NAMES])
+def test_every_exported_name_resolves_and_documents_itself(module: object, name: str) -> None:
+    obj = getattr(module, name)
     if inspect.isclass(obj) or inspect.isroutine(obj):
         assert _own_docstring(obj), (
-            f"astuner.api exports {name} ({obj.__module__}) without a docstring; the 'Write a plugin' page "
-            "is generated from them: add one where it is defined."
+            f"{module.__name__} exports {name} ({obj.__module__}) without a docstring; the docs pages are "
+            "generated from them: add one where it is defined."
         )
 
 
-def test_the_export_list_has_no_duplicates() -> None:
-    assert len(astuner.api.__all__) == len(set(astuner.api.__all__))
+@pytest.mark.parametrize("module", [astuner.api, astuner.training], ids=lambda m: m.__name__)
+def test_the_export_list_has_no_duplicates(module: object) -> None:
+    assert len(module.__all__) == len(set(module.__all__))
 
 
-def test_importing_the_api_leaves_the_gateway_and_numpy_for_later() -> None:
-    """Every plugin's registration module imports astuner.api, so `astuner --help` pays for it."""
-    probe = "import sys, astuner.api; print(sorted({'fastapi', 'uvicorn', 'numpy'} & set(sys.modules)))"
+def _loaded_after(statement: str) -> tuple[list[str], list[str]]:
+    """(the heavy libraries, the astuner modules) a fresh interpreter has loaded after `statement`."""
+    probe = (
+        f"import sys, json; {statement}; "
+        f"print(json.dumps([sorted(set({HEAVY!r}) & set(sys.modules)), "
+        "sorted(m for m in sys.modules if m == 'astuner' or m.startswith('astuner.'))]))"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]", f"import astuner.api loaded {out.strip()}: load those names through _LAZY"
+    heavy, kernel = json.loads(out)
+    return heavy, kernel
+
+
+@pytest.mark.parametrize("module", ["astuner.api", "astuner.hookspecs", "astuner.training"])
+def test_importing_a_public_module_loads_no_heavy_library(module: str) -> None:
+    """Every plugin's registration module imports one, so `astuner --help` and `plugins list` pay for it."""
+    heavy, _ = _loaded_after(f"import {module}")
+    assert heavy == [], f"import {module} loaded {heavy}: import them where they are used, or through _LAZY"
+
+
+def test_the_hook_specifications_import_nothing_else_of_the_kernel() -> None:
+    _, kernel = _loaded_after("import astuner.hookspecs")
+    assert kernel == ["astuner", "astuner.hookspecs"]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from astuner_engine_vllm import VllmEngine, VllmEngineSettings
 
-from astuner.api import main_engine_model
 from astuner.config import load_config
+from astuner.training import main_engine_model
 
 SMOLLM2 = "builtin:smollm2-135m-instruct"
 # torch.compile's warm-up is most of a server's start, about a minute on 2 cores. The full-weights run

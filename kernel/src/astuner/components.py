@@ -125,6 +125,11 @@ class Engines:
         self._plugins = plugins
         self._search_paths = list(search_paths)
 
+    @classmethod
+    def installed(cls) -> Engines:
+        """The service over every installed engine: for a part built outside a run (a test, a notebook)."""
+        return cls(Plugins())
+
     def build(self, name: str, settings: Mapping[str, Any], model: EngineModel, *, key: str = "") -> Any:
         """Engine `name` serving `model`, with `settings` validated by that engine's settings model.
 

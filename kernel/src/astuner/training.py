@@ -24,7 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 from astuner.cache import build_once, cache_dir
 from astuner.checkpoint_model import checkpoint_of
-from astuner.components import build, build_reader, check_plugin_blocks, engine_name, plugin_settings
+from astuner.components import (
+    WorkflowSource,
+    build,
+    build_reader,
+    check_plugin_blocks,
+    engine_name,
+    main_engine_model,
+    plugin_settings,
+)
 from astuner.config import AstunerConfig, load_config
 from astuner.config_yaml import load_yaml
 from astuner.core.chat import normalize_messages
@@ -48,6 +56,8 @@ from astuner.protocols import (
     DescribesEngineConfig,
     FindsCheckpoints,
     FollowsPolicy,
+    JudgesWholeRollouts,
+    ProvidesGymEnvs,
     RunContext,
     ServesAdapters,
     WorkflowExecutor,
@@ -72,6 +82,7 @@ if TYPE_CHECKING:
         estimator_counterparts,
         estimator_names,
     )
+    from astuner.lifecycle import RunLifecycle
     from astuner.rollout.episode import EpisodeSource, reward_of
     from astuner.rollout.gateway import Gateway
     from astuner.rollout.runner import RolloutRunner
@@ -80,6 +91,7 @@ if TYPE_CHECKING:
 # Names whose modules load typer, the rollout gateway (fastapi, uvicorn) or numpy:
 # resolved by `__getattr__` on first use rather than when a backbone registers.
 _LAZY: dict[str, str] = {
+    "RunLifecycle": "astuner.lifecycle",
     "ConfOption": "astuner.cli",
     "OverrideOption": "astuner.cli",
     "handle_user_errors": "astuner.cli",
@@ -106,13 +118,18 @@ __all__ = [  # noqa: RUF022
     "Backbone",
     "RunContext",
     "WorkflowExecutor",
+    "WorkflowSource",
     "Plugins",
     "PluginError",
+    "RunLifecycle",
     # optional capabilities of backbones and engines, checked with isinstance
     "DescribesEngineConfig",
     "FindsCheckpoints",
     "FollowsPolicy",
     "ServesAdapters",
+    # capabilities of readers and judges that backbones and the runner ask about
+    "ProvidesGymEnvs",
+    "JudgesWholeRollouts",
     # the run's config and the plugins it names
     "AstunerConfig",
     "load_config",
@@ -122,6 +139,7 @@ __all__ = [  # noqa: RUF022
     "build",
     "build_reader",
     "engine_name",
+    "main_engine_model",
     # translating the config into an engine's own (verl, Trinity-RFT)
     "Source",
     "apply_rules",

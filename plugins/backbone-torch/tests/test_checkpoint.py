@@ -17,9 +17,9 @@ from astuner_backbone_torch.checkpoint import (  # noqa: E402
     set_rng_state,
 )
 
-from astuner.api import FindsCheckpoints  # noqa: E402
 from astuner.config import load_config  # noqa: E402
 from astuner.errors import AstunerError, ConfigError  # noqa: E402
+from astuner.training import FindsCheckpoints  # noqa: E402
 
 
 def _save(root: Path, step: int, marker: str = "m") -> Path:

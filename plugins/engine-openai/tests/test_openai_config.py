@@ -10,8 +10,9 @@ import astuner_engine_openai.engine as openai_plugin
 import pytest
 from astuner_engine_openai import OpenAIChatEngine
 
-from astuner.api import ConfigError, Plugins, load_config
+from astuner.api import ConfigError
 from astuner.components import build_auxiliary_engine, build_engine
+from astuner.training import Plugins, load_config
 
 
 @pytest.fixture

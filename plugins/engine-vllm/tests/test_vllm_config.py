@@ -11,9 +11,10 @@ import pytest
 from astuner_engine_vllm import VllmEngine
 from vllm_stub import END, make_app
 
-from astuner.api import ConfigError, Plugins, SamplingParams, check_plugin_blocks, load_config
+from astuner.api import ConfigError, SamplingParams
 from astuner.components import build_engine
 from astuner.serving import ThreadedServer
+from astuner.training import Plugins, check_plugin_blocks, load_config
 
 
 @pytest.fixture

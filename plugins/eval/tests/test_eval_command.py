@@ -18,25 +18,15 @@ from astuner_eval.checkpoints import latest_checkpoint, model_for_checkpoint
 from astuner_eval.evaluation import EvalOptions, eval_metrics, run_eval
 from typer.testing import CliRunner
 
-from astuner.api import (
-    AstunerError,
-    ChatTokenizer,
-    Plugins,
-    Runs,
-    checkpoint_of,
-    free_port,
-    hookimpl,
-    load_config,
-    pass_at_k,
-    read_metrics,
-    read_status,
-    read_trajectories,
-)
+from astuner.api import AstunerError, ChatTokenizer, Runs, free_port, hookimpl
 from astuner.cli import make_app
 from astuner.default_plugins.arith_reader import ArithReader, ArithReaderSettings
+from astuner.record import read_metrics
+from astuner.run_status import read_status
 from astuner.testing.cli import run_astuner
 from astuner.testing.engines import ScriptedEngine
 from astuner.testing.tokenizers import qwen25_tokenizer
+from astuner.training import Plugins, checkpoint_of, load_config, pass_at_k, read_trajectories
 
 # One model call per task; the judge's verdict depends only on what was sampled,
 # so with sampling some runs of a task succeed and some fail.

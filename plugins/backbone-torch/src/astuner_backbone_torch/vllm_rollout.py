@@ -30,8 +30,15 @@ from typing import Any, Protocol, runtime_checkable
 
 from safetensors.torch import save_file
 
-from astuner.api import ClosesAsync, Generation, SamplingParams, TokenEngine, get_logger, main_engine_model
-from astuner.training import AstunerConfig, FollowsPolicy, PluginError, Plugins, plugin_settings
+from astuner.api import ClosesAsync, Generation, SamplingParams, TokenEngine, get_logger
+from astuner.training import (
+    AstunerConfig,
+    FollowsPolicy,
+    PluginError,
+    Plugins,
+    main_engine_model,
+    plugin_settings,
+)
 from astuner_backbone_torch.models import resolve_model_dir
 from astuner_backbone_torch.policy import Policy
 

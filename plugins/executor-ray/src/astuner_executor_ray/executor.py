@@ -37,16 +37,8 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from astuner.api import (
-    AstunerError,
-    ModelTuner,
-    SamplingParams,
-    Task,
-    WorkflowOutput,
-    WorkflowSource,
-    WorkflowTask,
-)
-from astuner.training import Gateway, Plugins, auxiliary_rollout_id
+from astuner.api import AstunerError, ModelTuner, SamplingParams, Task, WorkflowOutput, WorkflowTask
+from astuner.training import Gateway, Plugins, WorkflowSource, auxiliary_rollout_id
 from astuner_executor_ray.remote_tuner import remote_model_tuner_class
 
 if TYPE_CHECKING:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from astuner.api import Register, WorkflowSource, hookimpl
+from astuner.api import Register, hookimpl
+from astuner.training import WorkflowSource
 
 
 def ray_executor(workflow_source: WorkflowSource) -> Any:

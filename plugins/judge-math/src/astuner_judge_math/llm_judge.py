@@ -35,7 +35,6 @@ from astuner.api import (
     Engines,
     HasTokenizerPath,
     JudgeOutput,
-    Plugins,
     SamplingParams,
     Task,
     TokenEngine,
@@ -217,7 +216,7 @@ class MathAnswerLlmJudge:
             return self._engine
 
     def _build_engine(self) -> Any:
-        engines = self._engines if self._engines is not None else Engines(Plugins())
+        engines = self._engines if self._engines is not None else Engines.installed()
         where = f"{KEY}.engine_settings"
         try:
             return engines.build(

@@ -6,7 +6,8 @@ import asyncio
 from typing import Any
 
 import pytest
-from astuner.api import Judge, JudgeOutput, Plugins, Task, WorkflowOutput
+from astuner.api import Judge, JudgeOutput, Task, WorkflowOutput
+from astuner.training import Plugins
 from pydantic import ValidationError
 
 import astuner_NAME as plugin
