@@ -47,13 +47,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from astuner.core.chat import Message, normalize_messages
+from astuner.core.generation import Generation
 from astuner.core.madness import MadnessMonitor
 from astuner.core.token_bound import TooLong, encode_within
 from astuner.core.tokenizer import ChatTokenizer
 from astuner.core.toolcalls import get_tool_parser
 from astuner.core.toolformat import resolve_tool_format
 from astuner.core.trajectory import LLMCall, PromptSource, TrackerStats, Trajectory
-from astuner.rollout.engine import Generation
 
 Generate = Callable[[list[int], int], Awaitable[Generation | tuple[Any, ...]]]
 """`async generate(prompt_ids, max_new_tokens) -> (response_ids, logprobs, finish_reason)`."""

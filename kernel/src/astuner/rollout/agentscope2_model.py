@@ -15,8 +15,8 @@ import time
 from functools import cache
 from typing import Any
 
+from astuner.core.generation import sampling_overrides
 from astuner.core.trajectory import LLMCall
-from astuner.rollout.agentscope_model import sampling_overrides
 from astuner.rollout.model_tuner import ModelTuner
 from astuner.rollout.openai_reply import openai_tool_calls
 

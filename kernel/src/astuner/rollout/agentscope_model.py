@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
+from astuner.core.generation import sampling_overrides
 from astuner.core.toolcalls import decode_arguments
 from astuner.core.trajectory import LLMCall
-from astuner.rollout.engine import SAMPLING_KEYS
 from astuner.rollout.model_tuner import ModelTuner
 from astuner.rollout.openai_reply import openai_tool_calls
 from astuner.rollout.unconfined_tool import warn_if_unconfined_python_tool
@@ -53,15 +52,6 @@ def to_chat_response(call: LLMCall, started: float) -> Any:
         time=time.perf_counter() - started,
     )
     return ChatResponse(content=blocks, usage=usage)
-
-
-def sampling_overrides(options: Mapping[str, Any]) -> dict[str, Any]:
-    """The sampling settings among a chat model call's provider options (`SAMPLING_KEYS`).
-
-    Other options (`stream`, `response_format`, ...) do not apply to a
-    recorded call and are left out; the model handle checks the values.
-    """
-    return {key: options[key] for key in SAMPLING_KEYS if key in options}
 
 
 @cache
