@@ -179,7 +179,7 @@ def switched_on_notifiers(notify: Mapping[str, Any], plugins: Plugins) -> dict[s
     """Notifier -> the seeds' variable that turns it on, for each variable set whose notifier has no block.
 
     The variables are those the loaded notifiers declare, and those of this
-    repository's notifiers when not installed (`astuner.plugins.MOVED_OUT_SWITCHES`).
+    repository's notifiers when not installed (`astuner.declarations.MOVED_OUT_SWITCHES`).
     """
     switches = declared(plugins).switches
     return {name: var for var, name in switches.items() if os.environ.get(var) and name not in notify}

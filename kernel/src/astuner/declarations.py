@@ -28,6 +28,11 @@ CHOSEN_BY = {
     "executor": "rollout.executor",
 }
 
+# The seeds' environment variables that turn on a notifier of this repository: a missing one is
+# named with its install line (`astuner.plugins.install_hint`). An installed notifier declares its
+# own (`switched_on_by`).
+MOVED_OUT_SWITCHES: dict[str, str] = {"PHONE_NUMBERS": "sms"}
+
 
 @dataclass(frozen=True)
 class Declarations:
@@ -84,8 +89,6 @@ class Declared:
 
 def declared(plugins: Plugins) -> Declared:
     """Gather the declarations of every loaded plugin's registrations."""
-    from astuner.plugins import MOVED_OUT_SWITCHES
-
     backbones = plugins.registry("backbone")
     read_by: dict[str, list[str]] = {}
     for name, reg in backbones.items():

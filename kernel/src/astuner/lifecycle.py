@@ -121,7 +121,7 @@ class RunLifecycle:
                 notify_run_end(self.config, self.plugins, summary)
             finally:
                 close_log_file()
-            _say("\n".join(self.closing_lines(summary, self.plugins.command_names())))
+            _say("\n".join(self.closing_lines(summary, self.plugins.command_names(Runs(self.plugins)))))
 
     def closing_lines(self, summary: RunSummary, commands: Collection[str]) -> list[str]:
         """What the run produced and what to do next, as the run's last printed lines.

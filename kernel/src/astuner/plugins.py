@@ -49,9 +49,6 @@ MOVED_OUT: dict[tuple[str, str], str] = {
     ("command", "eval"): "astuner-eval",
     ("command", "logview"): "astuner-logview",
 }
-# The seeds' environment variables that turn on a notifier of this repository: a missing one is
-# named with its install line. An installed notifier declares its own (`switched_on_by`).
-MOVED_OUT_SWITCHES: dict[str, str] = {"PHONE_NUMBERS": "sms"}
 
 # kind -> the hook that registers it
 KINDS: dict[str, str] = {
@@ -113,6 +110,20 @@ class NotReady:
 
     `status` is the short state shown in the list (e.g. "engine not
     installed"); `hint` says how to fix it (e.g. the pip install line).
+    The check looks a library up without importing it, so that listing
+    plugins stays fast:
+
+    ```python
+    import importlib.util
+
+    from astuner.api import NotReady
+
+
+    def astuner_readiness() -> NotReady | None:
+        if importlib.util.find_spec("verl") is None:
+            return NotReady("engine not installed", "pip install 'astuner-backbone-verl[engine]'")
+        return None
+    ```
     """
 
     status: str
@@ -277,15 +288,14 @@ class Plugins:
             self._collect()
         return list(self._infos.values())
 
-    def call_register_commands(self, cli: Any, runs: Runs | None = None) -> None:
+    def call_register_commands(self, cli: Any, runs: Runs) -> None:
         """Let plugins add CLI sub-commands; a failing plugin is marked broken.
 
         Each hook is given the arguments it names of `cli` and `runs` (these
-        plugins, and how to open a run: default `Runs(self)`).
+        plugins, and how to open a run). The caller hands `runs` in: the
+        lifecycle that makes it sits above the plugin manager.
         """
-        from astuner import lifecycle
-
-        given = {"cli": cli, "runs": runs if runs is not None else lifecycle.Runs(self)}
+        given = {"cli": cli, "runs": runs}
         for impl in self.pm.hook.register_commands.get_hookimpls():
             try:
                 impl.function(**{name: given[name] for name in impl.argnames})
@@ -293,12 +303,12 @@ class Plugins:
                 info = self._infos[impl.plugin_name]
                 self._mark_broken(info, "hook error", f"register_commands: {type(exc).__name__}: {exc}")
 
-    def command_names(self) -> set[str]:
-        """The sub-commands the plugins add to the command line (registered on a scratch app)."""
+    def command_names(self, runs: Runs) -> set[str]:
+        """The sub-commands the plugins add to the command line (registered on a scratch app with `runs`)."""
         import typer
 
         app = typer.Typer()
-        self.call_register_commands(app)
+        self.call_register_commands(app, runs)
         return command_names(app)
 
     def _collect(self) -> None:
