@@ -50,7 +50,26 @@ class Companion:
     """`with Companion(name, argv, health_url=...):` runs `argv` while the block runs.
 
     `busy_hint` completes the error raised when something already answers
-    `health_url` (e.g. which config key points elsewhere).
+    `health_url` (e.g. which config key points elsewhere). A companion
+    factory returns one, and `astuner run --with-files site/` serves `site/`
+    for as long as the run lasts:
+
+    ```python
+    import sys
+    from pathlib import Path
+
+    from astuner.api import Companion, free_port
+
+
+    def serve_files(value: str | None, run_folder: Path) -> Companion:
+        port = free_port()
+        return Companion(
+            "files",
+            [sys.executable, "-m", "http.server", str(port), "--directory", value or "."],
+            health_url=f"http://127.0.0.1:{port}/",
+            log_path=run_folder / "files.log",
+        )
+    ```
     """
 
     def __init__(
@@ -174,6 +193,14 @@ def stop_with_parent() -> Callable[[], None] | None:
     `PR_SET_PDEATHSIG` fires when the thread that started the child exits,
     so companions are started from the run's main thread. Elsewhere (macOS)
     None: the run's own exit path stops them, a SIGKILL does not.
+
+    ```python
+    import subprocess
+
+    from astuner.api import stop_with_parent
+
+    server = subprocess.Popen(argv, start_new_session=True, preexec_fn=stop_with_parent())
+    ```
     """
     if not sys.platform.startswith("linux"):
         return None
@@ -192,7 +219,15 @@ _PR_SET_PDEATHSIG = 1
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now, for a server this run starts."""
+    """A TCP port on 127.0.0.1 that nothing listens on now, for a server this run starts.
+
+    ```python
+    from astuner.api import free_port
+
+    port = free_port()
+    argv = ["my-server", "--host", "127.0.0.1", "--port", str(port)]
+    ```
+    """
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

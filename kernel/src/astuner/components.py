@@ -87,7 +87,27 @@ def plugin_settings(config: AstunerConfig, reg: Registration) -> BaseModel | Non
 
 
 SettingsOf = Callable[[str, str], BaseModel | None]
-"""The `settings_of` service: `settings_of(kind, name)`, the validated settings block of a plugin."""
+"""The `settings_of` service: `settings_of(kind, name)`, the validated settings block of a plugin.
+
+A companion that serves a reader's environment reads that reader's block
+(None when the plugin has no settings model):
+
+```python
+from pathlib import Path
+
+from astuner.api import Companion, SettingsOf
+
+
+def serve_env(value: str | None, run_folder: Path, settings_of: SettingsOf) -> Companion:
+    reader = settings_of("reader", "my_env")  # the run's validated `task_reader.my_env` block
+    return Companion(
+        "my_env",
+        ["my-env-server", "--port", str(reader.port)],
+        health_url=f"http://127.0.0.1:{reader.port}/healthz",
+        log_path=run_folder / "my_env.log",
+    )
+```
+"""
 
 
 @dataclass(frozen=True)
@@ -119,6 +139,30 @@ class Engines:
     A judge or workflow plugin that needs a model of its own (an LLM judge)
     builds its engine here from the engine's raw settings block and the
     `EngineModel` it should serve, never from a copy of the run's config.
+    A factory asks for it by naming a parameter `engines`:
+
+    ```python
+    from pydantic import BaseModel
+
+    from astuner.api import EngineModel, Engines
+
+
+    class LlmJudgeSettings(BaseModel):
+        model: str = "Qwen/Qwen2.5-7B-Instruct"
+        engine: str = "auto"
+        engine_settings: dict = {}
+
+
+    class LlmJudge:
+        def __init__(self, settings: LlmJudgeSettings, engines: Engines) -> None:
+            model = EngineModel(path=settings.model, max_tokens=64)
+            self.engine = engines.build(
+                settings.engine, settings.engine_settings, model, key="task_judge.llm.engine_settings"
+            )
+    ```
+
+    Outside a run (a test, a notebook), `Engines.installed()` serves the
+    same.
     """
 
     def __init__(self, plugins: Plugins, search_paths: Sequence[Path] = ()) -> None:

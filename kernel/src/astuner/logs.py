@@ -148,7 +148,17 @@ def _json_file_handler(log_file: Path) -> logging.Handler:
 
 
 def get_logger(**context: Any) -> structlog.stdlib.BoundLogger:
-    """The astuner logger, configured for the terminal on first use."""
+    """The astuner logger, configured for the terminal on first use.
+
+    `context` is bound to every line it logs:
+
+    ```python
+    from astuner.api import get_logger
+
+    log = get_logger(plugin="my_judge")
+    log.info("judged", task_id=task.task_id, reward=reward)
+    ```
+    """
     if not _configured:
         configure_logging()
     return structlog.stdlib.get_logger(LOGGER_NAME).bind(**context)
@@ -164,6 +174,13 @@ def warn_once(key: str, event: str, **fields: Any) -> bool:
     For a condition a run meets over and over (every rollout, every tool
     call, every load of its config): it is one fact about the run, so one
     line says it. Threads share the memory (Trinity runs episodes on several).
+
+    ```python
+    from astuner.api import warn_once
+
+    if not output.response_text:
+        warn_once("my_judge:no-response", "my_judge: a workflow returned no response; it scores 0")
+    ```
     """
     with _warned_lock:
         if key in _warned:

@@ -63,7 +63,20 @@ class RunSummary:
 
 
 class Notifier(Protocol):
-    """Told once, when a run ends, how it ended and what it produced."""
+    """Told once, when a run ends, how it ended and what it produced.
+
+    ```python
+    from astuner.api import Notifier, RunSummary
+
+
+    class Printed:
+        def notify(self, summary: RunSummary) -> None:
+            print(summary.text())  # "astuner run math finished after 12.5 min, 40 steps."
+
+
+    notifier: Notifier = Printed()
+    ```
+    """
 
     def notify(self, summary: RunSummary) -> None: ...
 

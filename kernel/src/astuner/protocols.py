@@ -32,14 +32,44 @@ Split = Literal["train", "validation"]
 
 @runtime_checkable
 class TaskReader(Protocol):
-    """Yields the tasks of one split, in a stable order."""
+    """Yields the tasks of one split, in a stable order.
+
+    ```python
+    from collections.abc import Iterator
+
+    from astuner.api import Split, Task, TaskReader
+
+
+    class Sums:
+        def read(self, split: Split) -> Iterator[Task]:
+            for a in range(10) if split == "train" else range(10, 12):
+                yield Task(task_id=f"sum-{a}", main_query=f"{a} + {a} = ?", metadata={"answer": str(2 * a)})
+
+
+    assert isinstance(Sums(), TaskReader)
+    ```
+    """
 
     def read(self, split: Split) -> Iterator[Task]: ...
 
 
 @runtime_checkable
 class Judge(Protocol):
-    """Turns one run's outcome into a reward."""
+    """Turns one run's outcome into a reward.
+
+    ```python
+    from astuner.api import Judge, JudgeOutput, Task, WorkflowOutput
+
+
+    class ExactAnswer:
+        async def judge(self, task: Task, output: WorkflowOutput) -> JudgeOutput:
+            right = (output.response_text or "").strip() == task.answer
+            return JudgeOutput(reward=float(right), is_success=right)
+
+
+    assert isinstance(ExactAnswer(), Judge)
+    ```
+    """
 
     async def judge(self, task: Task, output: WorkflowOutput) -> JudgeOutput: ...
 
@@ -138,7 +168,14 @@ class HasTokenizerPath(Protocol):
 
     A `TokenEngine` serving a resolved or converted copy of the model (a
     built-in GGUF checkpoint, a downloaded snapshot) sets `tokenizer_path`;
-    `None` means "use the configured model path".
+    `None` means "use the configured model path". The kernel reads it so:
+
+    ```python
+    from astuner.api import HasTokenizerPath, load_tokenizer
+
+    own = engine.tokenizer_path if isinstance(engine, HasTokenizerPath) else None
+    tokenizer = load_tokenizer(own or model.path)
+    ```
     """
 
     tokenizer_path: str | None
@@ -146,7 +183,17 @@ class HasTokenizerPath(Protocol):
 
 @runtime_checkable
 class ClosesAsync(Protocol):
-    """Anything built for a run (an engine, an environment factory) that holds resources until closed."""
+    """Anything built for a run (an engine, an environment factory) that holds resources until closed.
+
+    Whoever built it closes it when the run is done:
+
+    ```python
+    from astuner.api import ClosesAsync
+
+    if isinstance(engine, ClosesAsync):
+        await engine.aclose()
+    ```
+    """
 
     async def aclose(self) -> None: ...
 

@@ -97,14 +97,20 @@ class RunRecords:
     `note`), `merge` counts, `advantages` by call index, `step_advantages`,
     `advantage_error`, `clipped_characters` and `zero_variance(agent=None)`.
 
-        records = RunRecords(Path("launcher_record/math/20260101-120000"))
-        records.status().state            # "finished"
-        records.config()["model"]["path"]
-        for file in records.trajectory_files():
-            with file.open("rb") as lines:
-                first = RunRecords.read_trajectory(next(lines))
-        trained = RunRecords.what_trained(first, [first], *records.advantage_settings())
-        trained.samples[0]["loss_mask"], trained.advantages
+    ```python
+    from pathlib import Path
+
+    from astuner.api import RunRecords
+
+    records = RunRecords(Path("launcher_record/math/20260101-120000"))
+    records.status().state            # "finished"
+    records.config()["model"]["path"]
+    for file in records.trajectory_files():
+        with file.open("rb") as lines:
+            first = RunRecords.read_trajectory(next(lines))
+    trained = RunRecords.what_trained(first, [first], *records.advantage_settings())
+    trained.samples[0]["loss_mask"], trained.advantages
+    ```
     """
 
     def __init__(self, folder: Path, bounds: Path | None = None) -> None:

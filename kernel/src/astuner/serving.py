@@ -16,7 +16,28 @@ import uvicorn
 
 
 class ThreadedServer:
-    """`with ThreadedServer(app) as server: httpx.get(server.url + "/path")`."""
+    """`with ThreadedServer(app) as server: httpx.get(server.url + "/path")`.
+
+    `app` is an ASGI app (FastAPI); port 0 takes a free port.
+
+    ```python
+    import httpx
+    from fastapi import FastAPI
+
+    from astuner.api import ThreadedServer
+
+    app = FastAPI()
+
+
+    @app.get("/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+
+    with ThreadedServer(app) as server:
+        assert httpx.get(server.url + "/health").json() == {"status": "ok"}
+    ```
+    """
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

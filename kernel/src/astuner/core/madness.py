@@ -26,7 +26,20 @@ from astuner.core.trajectory import LLMCall, Trajectory
 
 @runtime_checkable
 class MadnessCheck(Protocol):
-    """Inspects one model call; returns why it is bad, or None if it is clean."""
+    """Inspects one model call; returns why it is bad, or None if it is clean.
+
+    ```python
+    from astuner.api import LLMCall, MadnessCheck
+
+
+    class EmptyReply:
+        def check(self, call: LLMCall) -> str | None:
+            return "the reply is empty" if not call.text.strip() and not call.tool_calls else None
+
+
+    assert isinstance(EmptyReply(), MadnessCheck)
+    ```
+    """
 
     def check(self, call: LLMCall) -> str | None: ...
 

@@ -61,6 +61,16 @@ class ChatTokenizer:
     Encoding goes straight to the Rust backend with no special tokens added:
     prompts are rendered by the template, which writes BOS and friends
     itself, exactly as inference servers do for chat requests.
+
+    ```python
+    from astuner.api import ChatTokenizer, load_tokenizer
+
+    tokenizer: ChatTokenizer = load_tokenizer("builtin:smollm2-135m-instruct")
+    prompt = tokenizer.render([{"role": "user", "content": "Hi"}], add_generation_prompt=True)
+    prompt_ids = tokenizer.encode(prompt)  # what a token engine is given
+    reply_ids = [*tokenizer.encode("Hello!"), tokenizer.end_of_turn_id]
+    tokenizer.decode(reply_ids)  # 'Hello!<|im_end|>'
+    ```
     """
 
     def __init__(self, hf_tokenizer: Any, chat_template: str | None = None) -> None:

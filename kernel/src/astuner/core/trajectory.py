@@ -36,6 +36,10 @@ class ToolCall(BaseModel):
     """One tool call parsed from generated text, in OpenAI's shape.
 
     `arguments` is the JSON text of the arguments object, as OpenAI sends it.
+
+    >>> from astuner.api import ToolCall
+    >>> ToolCall(id="call_0", name="search", arguments='{"query": "Kenya"}').to_openai()
+    {'id': 'call_0', 'type': 'function', 'function': {'name': 'search', 'arguments': '{"query": "Kenya"}'}}
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -168,6 +172,20 @@ class Trajectory(BaseModel):
     `auxiliary_calls` are the calls of auxiliary models (by the workflow or
     the judge; `agent_name` is the model's name), all untrainable and never
     merged into samples; they come last so that readers can skip them.
+
+    A run keeps its trajectories one per line in `rollouts/*.jsonl`:
+
+    ```python
+    from pathlib import Path
+
+    from astuner.api import RunRecords, Trajectory
+
+    with Path("launcher_record/math/20260101-120000/rollouts/step_1.jsonl").open("rb") as lines:
+        trajectories: list[Trajectory] = [RunRecords.read_trajectory(line) for line in lines]
+    for t in trajectories:
+        if t.error is None:
+            print(t.task_id, t.reward, t.madness, [call.content for call in t.calls])
+    ```
     """
 
     model_config = ConfigDict(extra="forbid")
