@@ -1,10 +1,12 @@
-"""docs/write-a-plugin.md is what docs/plugin_docs.py writes, and every example it quotes works.
+"""docs/write-a-plugin.md and docs/write-a-backbone.md are what docs/plugin_docs.py writes.
 
-Each example plugin in docs/plugin_examples/ is added to a fresh plugin
-manager (entry points off) and used the way astuner uses it: the reader,
-workflow, engine, executor, judge, madness check, notifier and companion
-together in debug runs; the backbone in a run of its own; the command from
-the command line.
+Every name of `astuner.api` and `astuner.training` has its section, and
+every `astuner.api` name an example. Each example plugin in
+docs/plugin_examples/ is added to a fresh plugin manager (entry points off)
+and used the way astuner uses it: the reader, workflow, engine, executor,
+judge, madness check, notifier and companion together in debug runs; the
+backbone in a run of its own; the command from the command line. The
+backbone page's sketch runs one step on them.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -20,7 +23,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from astuner import api
+from astuner import api, training
 from astuner.cli import make_app
 from astuner.config import load_config
 from astuner.plugins import Plugins
@@ -52,23 +55,39 @@ def example_plugins() -> Plugins:
     return plugins
 
 
-def test_the_page_is_what_the_generator_writes(generator: ModuleType) -> None:
-    assert generator.render() == generator.PAGE.read_text(encoding="utf-8"), "run: python docs/plugin_docs.py"
+def test_the_pages_are_what_the_generator_writes(generator: ModuleType) -> None:
+    pages = generator.pages()
+    assert sorted(path.name for path in pages) == ["write-a-backbone.md", "write-a-plugin.md"]
+    for path, page in pages.items():
+        assert page == path.read_text(encoding="utf-8"), (
+            f"{path.name} is stale: run python docs/plugin_docs.py"
+        )
 
 
-def test_check_reports_a_stale_page_and_writing_fixes_it(
-    generator: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_check_reports_stale_pages_and_writing_fixes_them(
+    generator: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    page = tmp_path / "docs" / "write-a-plugin.md"
-    page.parent.mkdir()
-    page.write_text("# an old page\n")
-    monkeypatch.setattr(generator, "PAGE", page)
+    plugin_page = tmp_path / "docs" / "write-a-plugin.md"
+    plugin_page.parent.mkdir()
+    plugin_page.write_text("# an old page\n")
+    backbone_page = tmp_path / "docs" / "write-a-backbone.md"  # not written yet
+    monkeypatch.setattr(generator, "PLUGIN_PAGE", plugin_page)
+    monkeypatch.setattr(generator, "BACKBONE_PAGE", backbone_page)
     monkeypatch.setattr(sys, "argv", ["plugin_docs.py", "--check"])
     assert generator.main() == 1
-    assert page.read_text() == "# an old page\n"
+    assert "write-a-plugin.md is stale" in capsys.readouterr().err
+    assert plugin_page.read_text() == "# an old page\n" and not backbone_page.exists()
     monkeypatch.setattr(sys, "argv", ["plugin_docs.py"])
     assert generator.main() == 0
-    assert page.read_text() == generator.render()
+    assert plugin_page.read_text() == generator.render_plugin_page()
+    assert backbone_page.read_text() == generator.render_backbone_page()
+    backbone_page.write_text("# edited by hand\n")
+    monkeypatch.setattr(sys, "argv", ["plugin_docs.py", "--check"])
+    assert generator.main() == 1
+    err = capsys.readouterr().err
+    assert "write-a-backbone.md is stale" in err and "write-a-plugin.md" not in err
+    monkeypatch.setattr(sys, "argv", ["plugin_docs.py"])
+    assert generator.main() == 0
     monkeypatch.setattr(sys, "argv", ["plugin_docs.py", "--check"])
     assert generator.main() == 0
 
@@ -79,7 +98,7 @@ def test_a_hook_without_an_example_stops_the_generator(
     monkeypatch.setattr(generator, "REPO", tmp_path)
     monkeypatch.setattr(generator, "EXAMPLES", tmp_path)
     with pytest.raises(FileNotFoundError, match="the hook register_readers has no example"):
-        generator.render()
+        generator.render_plugin_page()
 
 
 def test_every_hook_has_one_example_that_implements_it_alone(
@@ -110,13 +129,44 @@ def test_examples_import_from_the_kernel_only_its_public_modules() -> None:
                 assert module.split(".")[0] != "astuner" or module in public, (path.name, module)
 
 
-def test_every_api_name_and_hook_has_its_section(generator: ModuleType) -> None:
-    page = generator.PAGE.read_text(encoding="utf-8")
-    for name in api.__all__:
-        assert page.count(f"#### `{name}`") == 1, name
+def test_every_public_name_and_hook_has_its_section(generator: ModuleType) -> None:
+    plugin_page = generator.PLUGIN_PAGE.read_text(encoding="utf-8")
+    backbone_page = generator.BACKBONE_PAGE.read_text(encoding="utf-8")
+    for module, page in ((api, plugin_page), (training, backbone_page)):
+        assert page.count(f"## `{module.__name__}`") == 1
+        for name in module.__all__:
+            assert page.count(f"#### `{name}`") == 1, (module.__name__, name)
     for name, _ in generator.hooks():
-        assert page.count(f"### `{name}(") == 1, name
-    assert " at 0x" not in page
+        assert plugin_page.count(f"### `{name}(") == 1, name
+    for page in (plugin_page, backbone_page):
+        assert " at 0x" not in page
+
+
+def test_a_constant_is_documented_by_the_string_under_it(generator: ModuleType) -> None:
+    settings_of = generator.describe(api, "SettingsOf")
+    assert "The `settings_of` service" in settings_of
+    assert "SettingsOf = collections.abc.Callable" in settings_of
+
+
+def test_every_api_name_has_an_example(generator: ModuleType) -> None:
+    missing = generator.names_without_example()
+    assert not missing, (
+        "astuner.api names with no example: use each in docs/plugin_examples/ or show it in a "
+        f"```python block or >>> lines of its docstring: {', '.join(missing)}"
+    )
+
+
+def test_only_example_code_counts_as_an_example(
+    generator: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = "Mentions Task in prose.\n\n```python\nreader = CapitalsReader()\n```\n\n>>> Split\n... Judge\n"
+    code = generator.docstring_code(doc)
+    assert "CapitalsReader" in code and "Split" in code and "Judge" in code and "Task" not in code
+    assert generator.example_uses()["Split"] == ["register_readers"]
+    monkeypatch.setattr(generator, "EXAMPLES", tmp_path)  # no example plugins: their names lack examples
+    missing = generator.names_without_example()
+    assert "Split" in missing and "Workflow" in missing
+    assert "hookimpl" in missing  # pluggy's marker has no docstring of ours
 
 
 def write_conf(folder: Path) -> Path:
@@ -183,3 +233,31 @@ def test_the_example_backbone_and_command_run_from_the_command_line(
     where = CliRunner().invoke(app, ["where", "--conf", str(conf), "-o", "experiment_name=other"])
     assert where.exit_code == 0, where.output
     assert where.stdout.strip() == "launcher_record/other"
+
+
+def test_the_backbone_page_sketch_runs_one_step(
+    generator: ModuleType, example_plugins: Plugins, workdir: Path
+) -> None:
+    (code,) = re.findall(r"```python\n(.*?)```", generator.BACKBONE_INTRO, re.DOTALL)
+    sketch = ModuleType("backbone_page_sketch")
+    exec(compile(code, "write-a-backbone.md", "exec"), sketch.__dict__)
+
+    @api.hookimpl
+    def register_backbones(register: api.Register) -> None:
+        register("one_step", sketch.OneStep)
+
+    holder = ModuleType("backbone_page_plugin")
+    holder.register_backbones = register_backbones  # type: ignore[attr-defined]
+    example_plugins.add(holder, name="backbone_page_plugin")
+    conf = write_conf(workdir)
+    result = CliRunner().invoke(
+        make_app(example_plugins), ["run", "--conf", str(conf), "--backbone", "one_step"]
+    )
+    assert result.exit_code == 0, result.output
+    folder = newest_run(workdir)
+    trajectories = read_trajectories(folder / "rollouts" / "step_1.jsonl")
+    repeat = load_config(conf).rollout.num_repeat
+    assert sorted(t.task_id for t in trajectories) == sorted(["France", "Japan"] * repeat)
+    (row,) = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert row["step"] == 1 and row["train/reward_mean"] == 1.0
+    assert row["train/samples"] == len(trajectories)  # one single-call sample per trajectory
