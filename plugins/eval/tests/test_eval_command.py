@@ -26,7 +26,7 @@ from astuner.run_status import read_status
 from astuner.testing.cli import run_astuner
 from astuner.testing.engines import ScriptedEngine
 from astuner.testing.tokenizers import qwen25_tokenizer
-from astuner.training import Plugins, checkpoint_of, load_config, pass_at_k, read_trajectories
+from astuner.training import Plugins, build, checkpoint_of, load_config, pass_at_k, read_trajectories
 
 # One model call per task; the judge's verdict depends only on what was sampled,
 # so with sampling some runs of a task succeed and some fail.
@@ -308,7 +308,10 @@ def test_latest_asks_the_backbone_that_wrote_each_run(tmp_path: Path, plugins: P
     run("20260104-000000", "gone", 50)  # a backbone no longer installed
     plugins.add(StepsPlugin, name="steps")
     StepsBackbone.asked.clear()
-    assert latest_checkpoint(load_config(None, environ={}), plugins, tmp_path) == first / "ckpt_10"
+    config = load_config(None, environ={})
+    installed = plugins.registry("backbone")
+    found = latest_checkpoint(tmp_path, installed, lambda name: build(config, plugins, "backbone", name))
+    assert found == first / "ckpt_10"
     assert StepsBackbone.asked == [["20260101-000000", "20260102-000000"]]
     second = tmp_path / "20260102-000000"
     assert checkpoint_of(StepsBackbone(), [second]) == second / "ckpt_2"
@@ -317,7 +320,7 @@ def test_latest_asks_the_backbone_that_wrote_each_run(tmp_path: Path, plugins: P
 
 def test_latest_without_checkpoints_says_to_train_first(tmp_path: Path, plugins: Plugins) -> None:
     with pytest.raises(AstunerError, match=r"no checkpoint under .* yet\. Train first"):
-        latest_checkpoint(load_config(None, environ={}), plugins, tmp_path / "demo")
+        latest_checkpoint(tmp_path / "demo", plugins.registry("backbone"), lambda name: StepsBackbone())
 
 
 # ----------------------------------------------------------------- command line

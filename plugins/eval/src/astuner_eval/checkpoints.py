@@ -18,12 +18,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import yaml
 
 from astuner.api import AstunerError, ConfigError
-from astuner.training import AstunerConfig, Plugins, build, build_once, cache_dir, checkpoint_of, load_yaml
+from astuner.training import build_once, cache_dir, checkpoint_of, load_yaml
 
 ADAPTER_CONFIG = "adapter_config.json"
 LATEST = "latest"
@@ -52,23 +53,25 @@ def model_for_checkpoint(checkpoint: Path) -> str:
     )
 
 
-def latest_checkpoint(config: AstunerConfig, plugins: Plugins, experiment_root: Path) -> Path:
+def latest_checkpoint(
+    experiment_root: Path, installed: Collection[str], backbone: Callable[[str], object]
+) -> Path:
     """`--checkpoint latest`: the newest checkpoint of an experiment, found by the backbone that wrote it.
 
     `experiment_root` is `<experiment_dir>/<experiment>`. Each run folder's
-    `config.yaml` names the backbone that ran it, and each such installed
-    backbone is asked about its runs; of their answers, the one in the most
-    recent run wins (folders are named by time). A clear error when there
-    is none yet.
+    `config.yaml` names the backbone that ran it, and each such backbone
+    that is `installed` is built (`backbone(name)`) and asked about its runs;
+    of their answers, the one in the most recent run wins (folders are named
+    by time). A clear error when there is none yet.
     """
     runs: dict[str, list[Path]] = {}
     for run in sorted(p for p in experiment_root.glob("*") if p.is_dir()):
         runs.setdefault(_recorded_backbone(run), []).append(run)
     found = []
     for name, folders in runs.items():
-        if name not in plugins.registry("backbone"):
+        if name not in installed:
             continue
-        checkpoint = checkpoint_of(build(config, plugins, "backbone", name), folders)
+        checkpoint = checkpoint_of(backbone(name), folders)
         if checkpoint is not None:
             run = max(folder for folder in folders if checkpoint.is_relative_to(folder))
             found.append((run.name, checkpoint))

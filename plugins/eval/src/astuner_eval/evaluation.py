@@ -21,6 +21,7 @@ import asyncio
 import dataclasses
 import itertools
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,10 @@ from astuner.api import AstunerError, Runs, SamplingParams, Split, Task, TaskRea
 from astuner.training import (
     AstunerConfig,
     ExperimentDir,
-    Plugins,
+    RolloutRunner,
     append_rows,
     append_trajectories,
+    build,
     build_reader,
     engine_name,
     pass_at_k,
@@ -72,9 +74,9 @@ class EvalReport:
         return f"eval/pass@{self.summary['n_samples']}"
 
 
-def eval_sampling(config: AstunerConfig, n_samples: int, temperature: float | None) -> SamplingParams:
-    """Greedy for one sample, the config's temperature for several, unless `temperature` is given."""
-    sampling = sampling_from_config(config)
+def eval_sampling(sampling: SamplingParams, n_samples: int, temperature: float | None) -> SamplingParams:
+    """The config's training `sampling`, greedy for one sample and at the config's temperature for
+    several, unless `temperature` is given."""
     if temperature is None:
         temperature = 0.0 if n_samples == 1 else sampling.temperature
     return sampling.override(temperature=temperature)
@@ -92,73 +94,85 @@ def checkpoint_step(checkpoint: Path | None) -> int:
     return step_of(checkpoint) or 0
 
 
-def prepare_eval_config(config: AstunerConfig, plugins: Plugins, options: EvalOptions) -> AstunerConfig:
-    """Check the options against the config, and point `model.path` at the checkpoint, if any."""
-    if options.split not in ("train", "validation"):
-        raise AstunerError(f"--split must be 'train' or 'validation', not '{options.split}'.")
-    for kind, name in (("reader", config.task_reader.type), ("judge", config.task_judge.judge_protocol)):
-        plugin_settings(config, plugins.get(kind, name, config.search_paths()))
-    if options.checkpoint is not None:
-        engine = engine_name(config, plugins)
-        if config.rollout.engine_url or engine == "openai":
-            where = f"rollout.engine_url ({config.rollout.engine_url})" if config.rollout.engine_url else ""
-            raise AstunerError(
-                f"--checkpoint needs an engine that loads model.path itself, but this config uses "
-                f"{where or 'the openai engine'}, which serves its own model. Unset rollout.engine_url "
-                "(-o rollout.engine_url=null) so astuner starts the engine on the checkpoint."
-            )
-        config.model.path = model_for_checkpoint(options.checkpoint)
-    config.experiment_name = f"{config.experiment_name}_eval"
-    return config
+def check_split(split: str) -> None:
+    """Only `train` and `validation` are splits every reader has."""
+    if split not in ("train", "validation"):
+        raise AstunerError(f"--split must be 'train' or 'validation', not '{split}'.")
 
 
-def read_tasks(reader: TaskReader, config: AstunerConfig, options: EvalOptions) -> list[Task]:
-    """The first `options.max_tasks` tasks of the evaluated split."""
+def checkpoint_model_path(checkpoint: Path, engine_url: str | None, engine: str) -> str:
+    """`model.path` for evaluating `checkpoint`; an error when the engine (`rollout.engine_url`, or
+    the engine named `engine`) serves a model of its own instead of loading `model.path`."""
+    if engine_url or engine == "openai":
+        where = f"rollout.engine_url ({engine_url})" if engine_url else ""
+        raise AstunerError(
+            f"--checkpoint needs an engine that loads model.path itself, but this config uses "
+            f"{where or 'the openai engine'}, which serves its own model. Unset rollout.engine_url "
+            "(-o rollout.engine_url=null) so astuner starts the engine on the checkpoint."
+        )
+    return model_for_checkpoint(checkpoint)
+
+
+def read_tasks(reader: TaskReader, reader_name: str, options: EvalOptions) -> list[Task]:
+    """The first `options.max_tasks` tasks of the evaluated split of reader `reader_name`."""
     tasks = list(itertools.islice(reader.read(options.split), options.max_tasks))
     if not tasks:
-        raise AstunerError(f"The {options.split} split of reader '{config.task_reader.type}' is empty.")
+        raise AstunerError(f"The {options.split} split of reader '{reader_name}' is empty.")
     return tasks
 
 
 def run_eval(config: AstunerConfig, runs: Runs, options: EvalOptions) -> EvalReport:
-    """Evaluate in a run of the command `eval`; `config` is changed as `prepare_eval_config` says.
+    """Evaluate in a run of the command `eval`: the entry that holds the whole config.
 
-    The options are checked before the run's folder exists; the companions
+    The options are checked before the run's folder exists; `config` is
+    changed to the evaluated model (`model.path`: the checkpoint, if any)
+    and its own experiment (`<experiment>_eval`). The companions
     (`options.companions`) run while the evaluation does.
     """
     plugins = runs.plugins
     if options.checkpoint is not None and str(options.checkpoint) == LATEST:
         root = Path(config.experiment_dir) / config.experiment_name
-        options = dataclasses.replace(options, checkpoint=latest_checkpoint(config, plugins, root))
-    config = prepare_eval_config(config, plugins, options)
-    sampling = eval_sampling(config, options.n_samples, options.temperature)
+        found = latest_checkpoint(
+            root, plugins.registry("backbone"), lambda name: build(config, plugins, "backbone", name)
+        )
+        options = dataclasses.replace(options, checkpoint=found)
+    check_split(options.split)
+    for kind, name in (("reader", config.task_reader.type), ("judge", config.task_judge.judge_protocol)):
+        plugin_settings(config, plugins.get(kind, name, config.search_paths()))
+    if options.checkpoint is not None:
+        engine = engine_name(config, plugins)
+        config.model.path = checkpoint_model_path(options.checkpoint, config.rollout.engine_url, engine)
+    config.experiment_name = f"{config.experiment_name}_eval"
+    sampling = eval_sampling(sampling_from_config(config.rollout), options.n_samples, options.temperature)
     with runs.open(config, command="eval", companions=options.companions) as run:
-        return _evaluate(config, plugins, options, sampling, run.experiment)
+        get_logger(command="eval").info("evaluating", model=config.model.path, split=options.split)
+        reader = build_reader(config, plugins)
+        tasks = read_tasks(reader, config.task_reader.type, options)
+        stack = rollout_stack(config, plugins, reader=reader)
+        trajectories = asyncio.run(_rollouts(stack, tasks, sampling, options.n_samples))
+        about = {"config": str(config.source) if config.source else None, "model": config.model.path}
+        return _record(trajectories, len(tasks), about, options, sampling, run.experiment)
 
 
-def _evaluate(
-    config: AstunerConfig,
-    plugins: Plugins,
+def _record(
+    trajectories: list[Trajectory],
+    tasks: int,
+    about: Mapping[str, str | None],
     options: EvalOptions,
     sampling: SamplingParams,
     experiment: ExperimentDir,
 ) -> EvalReport:
-    log = get_logger(command="eval")
-    log.info("evaluating", model=config.model.path, split=options.split)
-    reader = build_reader(config, plugins)
-    tasks = read_tasks(reader, config, options)
-    trajectories = asyncio.run(_rollouts(config, plugins, reader, tasks, sampling, options.n_samples))
+    """Write the trajectories, the metrics row and the summary (`about`: the config file and model)."""
     append_trajectories(experiment.rollouts / ROLLOUT_FILE, trajectories)
     metrics = eval_metrics(trajectories, options.n_samples)
     step = checkpoint_step(options.checkpoint)
     append_rows(experiment.metrics_file, [{"step": step, **metrics}])
     summary = {
-        "config": str(config.source) if config.source else None,
-        "model": config.model.path,
+        **about,
         "checkpoint": str(options.checkpoint.resolve()) if options.checkpoint else None,
         "step": step,
         "split": options.split,
-        "tasks": len(tasks),
+        "tasks": tasks,
         "n_samples": options.n_samples,
         "temperature": sampling.temperature,
         "metrics": metrics,
@@ -166,17 +180,15 @@ def _evaluate(
     }
     summary_file = experiment.path / SUMMARY_FILE
     summary_file.write_text(strict_json(summary, summary_file, indent=2) + "\n", encoding="utf-8")
-    log.info("eval scored", experiment=str(experiment.path), **metrics)
+    get_logger(command="eval").info("eval scored", experiment=str(experiment.path), **metrics)
     return EvalReport(metrics, trajectories, experiment, summary)
 
 
 async def _rollouts(
-    config: AstunerConfig,
-    plugins: Plugins,
-    reader: TaskReader,
+    stack: AbstractAsyncContextManager[RolloutRunner],
     tasks: list[Task],
     sampling: SamplingParams,
     n_samples: int,
 ) -> list[Trajectory]:
-    async with rollout_stack(config, plugins, reader=reader) as runner:
+    async with stack as runner:
         return await runner.run(tasks, sampling, n_samples, tag="eval")
