@@ -3,38 +3,33 @@
 Tests build an app around their own `Plugins` and drive it with typer's
 runner; `main()` builds one with every installed plugin. Errors a user can
 fix print as one paragraph on stderr (traceback only with `--verbose`).
+
+Starting is cheap: `astuner --version` answers before the plugins, the
+config models or the app are loaded, and the kernel modules a command needs
+(the launch, the config display, the rollout stack) are imported when it
+runs, not while `--help` lists the commands.
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
-import json
 import sys
 import traceback
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-import yaml
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
-from astuner.breakpoints import enable_tags
-from astuner.companions import COMPANION_ARGS, companion_requests, companions_help, log_viewer, serving_page
-from astuner.components import build_backbone, build_reader, check_plugin_blocks
-from astuner.config import AstunerConfig, load_config
-from astuner.config_show import annotated_yaml
 from astuner.errors import AstunerError
-from astuner.launch import prepare_run
-from astuner.lifecycle import Runs
-from astuner.logs import configure_logging
-from astuner.plugins import MOVED_OUT, Plugins, command_names, install_hint, kernel_version
-from astuner.protocols import DescribesEngineConfig
-from astuner.rollout.watchdog import own_stop_signals
+from astuner.version import kernel_version
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from astuner.config import AstunerConfig
+    from astuner.plugins import Plugins
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -60,6 +55,8 @@ def is_verbose() -> bool:
 
 
 def _console(stderr: bool = False) -> Console:
+    from rich.console import Console
+
     # Wide when not a terminal, so piped tables and errors stay on one line each.
     return Console(stderr=stderr, width=None if sys.stdout.isatty() else 200, highlight=False)
 
@@ -95,6 +92,9 @@ def handle_user_errors(fn: F) -> F:
 
 
 def _load(plugins: Plugins, conf: Path, overrides: list[str] | None, backbone: str | None) -> AstunerConfig:
+    from astuner.components import check_plugin_blocks
+    from astuner.config import load_config
+
     config = load_config(conf, overrides or [], backbone=backbone, plugins=plugins)
     plugins.check_conflicts()
     check_plugin_blocks(config, plugins)
@@ -110,6 +110,10 @@ def _print_version(asked: bool) -> None:
 
 def make_app(plugins: Plugins | None = None) -> typer.Typer:
     """The CLI around `plugins` (default: everything installed)."""
+    from astuner.companions import COMPANION_ARGS, companions_help
+    from astuner.lifecycle import Runs
+    from astuner.plugins import Plugins
+
     plugins = plugins if plugins is not None else Plugins()
     app = typer.Typer(
         name="astuner",
@@ -170,6 +174,10 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
         ] = None,
     ) -> None:
         """Run (and train) with a config: rollouts, judging, updates."""
+        from astuner.breakpoints import enable_tags
+        from astuner.companions import companion_requests, log_viewer, serving_page
+        from astuner.launch import prepare_run
+
         companions = companion_requests(ctx.args, plugins)
         if db:
             tags = enable_tags(db)
@@ -199,6 +207,11 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     ) -> None:
         """Every plugin: distribution, version, hooks, what it provides, status."""
+        import json
+
+        from rich.markup import escape
+        from rich.table import Table
+
         infos = plugins.infos()
         if as_json:
             typer.echo(json.dumps([info.as_dict() for info in infos], indent=2))
@@ -227,6 +240,12 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
         conf: ConfOption, backbone: BackboneOption = None, override: OverrideOption = None
     ) -> None:
         """Print the resolved config, each value with its source (and the engine config, if any)."""
+        import yaml
+
+        from astuner.components import build_backbone
+        from astuner.config_show import annotated_yaml
+        from astuner.protocols import DescribesEngineConfig
+
         config = _load(plugins, conf, override, backbone)
         typer.echo(annotated_yaml(config), nl=False)
         if backbone:
@@ -247,6 +266,12 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
         override: OverrideOption = None,
     ) -> None:
         """Show the first tasks the configured reader yields."""
+        import itertools
+
+        from rich.table import Table
+
+        from astuner.components import build_reader
+
         if split not in ("train", "validation"):
             raise AstunerError(f"--split must be 'train' or 'validation', not '{split}'.")
         config = _load(plugins, conf, override, None)
@@ -270,6 +295,9 @@ def _name_missing_commands(app: typer.Typer) -> None:
     Typed without its plugin, such a command then names the plugin to install
     (`install_hint`) instead of click's bare "No such command".
     """
+    from astuner.companions import COMPANION_ARGS
+    from astuner.plugins import MOVED_OUT, command_names
+
     taken = command_names(app)
     for kind, name in MOVED_OUT:
         if kind == "command" and name not in taken:
@@ -280,6 +308,8 @@ def _name_missing_commands(app: typer.Typer) -> None:
 def _not_installed(name: str) -> Callable[[], None]:
     @handle_user_errors
     def command() -> None:
+        from astuner.plugins import install_hint
+
         raise AstunerError(
             f"{install_hint('command', name)} If it is installed, `astuner plugins list` shows why it "
             "did not load."
@@ -301,8 +331,29 @@ def normalise_argv(argv: list[str]) -> list[str]:
     return argv
 
 
+def asks_version(argv: list[str]) -> bool:
+    """Whether the command line asks for `--version` before anything else is done.
+
+    As click would: among the root flags that open the line, `--version`
+    comes before `--help`. `main` answers it then without building the app.
+    """
+    for arg in argv:
+        if arg not in _ROOT_FLAGS or arg in ("--help", "-h"):
+            return False
+        if arg == "--version":
+            return True
+    return False
+
+
 def main() -> None:
+    """The `astuner` command: answers `--version` at once, else builds the app with every installed plugin."""
     argv = sys.argv[1:]
+    if asks_version(argv):
+        print(f"astuner {kernel_version()}")
+        return
+    from astuner.logs import configure_logging
+    from astuner.rollout.watchdog import own_stop_signals
+
     if "--verbose" in argv or "-v" in argv:
         _State.verbose = True
         argv = [a for a in argv if a not in ("--verbose", "-v")]

@@ -33,6 +33,7 @@ from astuner.default_plugins import DEFAULT_PLUGINS
 from astuner.errors import PluginError
 from astuner.import_strings import is_import_string, resolve_import_string
 from astuner.protocols import ReportsReadiness
+from astuner.version import kernel_version
 
 if TYPE_CHECKING:
     from astuner.lifecycle import Runs
@@ -400,10 +401,3 @@ def _explain_validation(exc: pluggy.PluginValidationError) -> str:
                 return f"unknown hook '{word}' (did you mean '{near[0]}'?)"
             return f"unknown hook '{word}'"
     return message
-
-
-def kernel_version() -> str | None:
-    try:
-        return importlib.metadata.version("astuner")
-    except importlib.metadata.PackageNotFoundError:
-        return None
