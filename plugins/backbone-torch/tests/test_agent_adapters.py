@@ -23,6 +23,7 @@ from astuner.core.trajectory import Sample  # noqa: E402
 from astuner.errors import AstunerError, ConfigError  # noqa: E402
 from astuner.rollout.engine import SamplingParams  # noqa: E402
 from astuner.rollout.model_tuner import ModelTuner  # noqa: E402
+from astuner.training import agent_plan  # noqa: E402
 
 FP32 = TorchSettings(train_dtype="float32", gen_dtype="float32")
 # A bfloat16 rollout copy: the update must reach it through `sync_generator`.
@@ -38,8 +39,17 @@ def adapter_config(model_dir: Path, *overrides: str):
 def load(model_dir: Path, settings: TorchSettings = FP32, *overrides: str, weights: Path | None = None):
     """Adapters A and B with random, different weights (new ones leave the model unchanged: B = 0)."""
     torch.manual_seed(0)
+    config = adapter_config(model_dir, *overrides)
     policy = Policy.load(
-        adapter_config(model_dir, *overrides), settings, need_reference=False, weights=weights
+        config.model,
+        settings,
+        plan=agent_plan(
+            config.agents,
+            trainable_targets=config.rollout.trainable_targets,
+            shared_lora_rank=config.model.lora.rank,
+        ),
+        need_reference=False,
+        weights=weights,
     )
     if weights is None:
         with torch.no_grad():
@@ -225,4 +235,14 @@ def test_resuming_with_other_adapters_is_a_config_error_naming_them(tiny_model_d
         "rollout.trainable_targets=[A,C]",
     )
     with pytest.raises(ConfigError, match=r"trains \['C'\].*holds adapters of \['B'\]"):
-        Policy.load(config, FP32, need_reference=False, weights=path)
+        Policy.load(
+            config.model,
+            FP32,
+            plan=agent_plan(
+                config.agents,
+                trainable_targets=config.rollout.trainable_targets,
+                shared_lora_rank=config.model.lora.rank,
+            ),
+            need_reference=False,
+            weights=path,
+        )

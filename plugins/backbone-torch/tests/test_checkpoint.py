@@ -19,7 +19,7 @@ from astuner_backbone_torch.checkpoint import (  # noqa: E402
 
 from astuner.config import load_config  # noqa: E402
 from astuner.errors import AstunerError, ConfigError  # noqa: E402
-from astuner.training import FindsCheckpoints  # noqa: E402
+from astuner.training import AgentPlan, FindsCheckpoints  # noqa: E402
 
 
 def _save(root: Path, step: int, marker: str = "m") -> Path:
@@ -79,23 +79,13 @@ def test_latest_checkpoint_skips_half_written_folders_across_runs(tmp_path: Path
     latest = latest_checkpoint(experiment.glob("*"))
     assert latest is not None and latest.step == 4 and latest.path.parent.parent.name == "run2"
 
-    config = load_config(
-        None,
-        [
-            f"experiment_dir={tmp_path / 'launcher_record'}",
-            "experiment_name=exp",
-            "trainer_common.resume=auto",
-        ],
-    )
     (experiment / "run2" / "checkpoints" / ".old-step_4").mkdir()  # killed while replacing step 4
-    assert resume_from(config).step == 4
+    assert resume_from("auto", experiment).step == 4
     left = sorted(p.name for p in (experiment / "run2" / "checkpoints").iterdir())
     assert left == ["step_4", "step_6"]  # the partial saves are gone; a folder named like a step stays
-    config.trainer_common.resume = "disable"
-    assert resume_from(config) is None
-    config.trainer_common.resume = str(half)
+    assert resume_from("disable", experiment) is None
     with pytest.raises(ConfigError, match="not a complete checkpoint"):
-        resume_from(config)
+        resume_from(str(half), experiment)
 
 
 def test_rng_state_round_trips() -> None:
@@ -140,7 +130,7 @@ def test_corrupt_weights_name_the_folder(tmp_path: Path, tiny_model_dir: Path) -
     weights_file.write_bytes(weights_file.read_bytes()[:100])  # truncated, as by a full disk
     config = load_config(None, [f"model.path={tiny_model_dir}"], environ={})
     with pytest.raises(AstunerError, match=rf"Cannot load the model weights in '{broken}'"):
-        Policy.load(config, TorchSettings(), need_reference=False, weights=broken)
+        Policy.load(config.model, TorchSettings(), plan=AgentPlan(), need_reference=False, weights=broken)
 
 
 def test_a_save_the_disk_cannot_hold_is_refused_before_it_starts(tmp_path: Path, monkeypatch) -> None:

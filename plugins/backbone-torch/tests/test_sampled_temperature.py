@@ -21,6 +21,7 @@ from astuner.core.tracker import ContextTracker, TrackerSettings  # noqa: E402
 from astuner.core.trajectory import CallSampling, Sample  # noqa: E402
 from astuner.rollout.model_tuner import ModelTuner  # noqa: E402
 from astuner.rollout.sampling import sampling_from_config  # noqa: E402
+from astuner.training import AgentPlan  # noqa: E402
 
 FP32 = TorchSettings(train_dtype="float32", gen_dtype="float32")
 CONFIG_TEMPERATURE = 1.0
@@ -36,7 +37,7 @@ def rollout_samples(tiny_model_dir: Path, policy: Policy) -> list[Sample]:
     tuner = ModelTuner(
         rollout_id="r",
         engine=engine,
-        sampling=sampling_from_config(config).override(max_tokens=6, seed=5),
+        sampling=sampling_from_config(config.rollout).override(max_tokens=6, seed=5),
         tracker=ContextTracker(tokenizer, TrackerSettings(max_response_length_in_one_turn=6)),
     )
 
@@ -58,7 +59,7 @@ def rollout_samples(tiny_model_dir: Path, policy: Policy) -> list[Sample]:
 def test_trainer_logprobs_use_each_calls_recorded_temperature(tiny_model_dir: Path) -> None:
     config = load_config(None, [f"model.path={tiny_model_dir}"], environ={})
     torch.manual_seed(0)
-    policy = Policy.load(config, FP32, need_reference=False)
+    policy = Policy.load(config.model, FP32, plan=AgentPlan(), need_reference=False)
     trainer = PolicyTrainer(policy, UpdateSettings(temperature=CONFIG_TEMPERATURE))
     samples = rollout_samples(tiny_model_dir, policy)
     recorded = {s.temperature for sample in samples for s in sample.response_sampling if s}

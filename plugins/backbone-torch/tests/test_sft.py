@@ -26,6 +26,7 @@ from astuner.core.tracker import TrackerSettings  # noqa: E402
 from astuner.record import append_trajectories, read_trajectories  # noqa: E402
 from astuner.run_status import read_status  # noqa: E402
 from astuner.testing.broken_tool_calls import MULTIPLY_TOOL  # noqa: E402
+from astuner.training import AgentPlan  # noqa: E402
 
 TOOLS = [MULTIPLY_TOOL]
 
@@ -99,9 +100,8 @@ def test_the_likelihood_loss_is_the_mean_nll_of_trained_tokens_only(tiny_model_d
     from astuner.core.trajectory import Sample
 
     config = load_config(None, [f"model.path={tiny_model_dir}"], environ={})
-    policy = Policy.load(
-        config, TorchSettings(train_dtype="float32", gen_dtype="float32"), need_reference=False
-    )
+    fp32 = TorchSettings(train_dtype="float32", gen_dtype="float32")
+    policy = Policy.load(config.model, fp32, plan=AgentPlan(), need_reference=False)
     trainer = PolicyTrainer(policy, UpdateSettings())
     torch.manual_seed(1)
     ids = torch.randint(10, 400, (12,)).tolist()

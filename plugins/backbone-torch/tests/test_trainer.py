@@ -18,6 +18,7 @@ from astuner.config import load_config  # noqa: E402
 from astuner.core.merge import merge_calls  # noqa: E402
 from astuner.core.trajectory import LLMCall, Sample  # noqa: E402
 from astuner.errors import AstunerError  # noqa: E402
+from astuner.training import AgentPlan  # noqa: E402
 
 FP32 = TorchSettings(train_dtype="float32", gen_dtype="float32")
 
@@ -25,7 +26,7 @@ FP32 = TorchSettings(train_dtype="float32", gen_dtype="float32")
 def make_trainer(tiny_model_dir: Path, need_reference: bool = False, **update) -> PolicyTrainer:
     config = load_config(None, [f"model.path={tiny_model_dir}"], environ={})
     torch.manual_seed(0)
-    policy = Policy.load(config, FP32, need_reference=need_reference)
+    policy = Policy.load(config.model, FP32, plan=AgentPlan(), need_reference=need_reference)
     return PolicyTrainer(policy, UpdateSettings(**update))
 
 
@@ -262,7 +263,7 @@ def shared_prompt_groups() -> list[Sample]:
 def make_lora_trainer(tiny_model_dir: Path) -> PolicyTrainer:
     config = load_config(None, [f"model.path={tiny_model_dir}", "model.lora.rank=4"], environ={})
     torch.manual_seed(0)
-    policy = Policy.load(config, FP32, need_reference=False)
+    policy = Policy.load(config.model, FP32, plan=AgentPlan(), need_reference=False)
     with torch.no_grad():  # B starts at 0, which leaves A without gradient: give both one
         for name, p in policy.model.named_parameters():
             if "lora_B" in name:

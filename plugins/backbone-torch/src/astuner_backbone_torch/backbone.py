@@ -33,12 +33,12 @@ from astuner.training import (
     RolloutRunner,
     RunContext,
     Sample,
-    agent_plan,
     append_trajectories,
     build_reader,
     canonical_estimator,
     compute_advantages,
     estimator_names,
+    main_engine_model,
     merge_trajectory,
     plugin_settings,
     refuse_agent_adapters,
@@ -63,7 +63,8 @@ from astuner_backbone_torch.metrics import MetricsLog, rollout_metrics
 from astuner_backbone_torch.models import resolve_model_dir
 from astuner_backbone_torch.policy import Policy
 from astuner_backbone_torch.settings import TorchSettings
-from astuner_backbone_torch.trainer import PolicyTrainer, UpdateSettings
+from astuner_backbone_torch.trainer import PolicyTrainer
+from astuner_backbone_torch.translate import experiment_root, update_settings, validation_settings
 from astuner_backbone_torch.validation import validate
 from astuner_backbone_torch.vllm_rollout import VllmRollout
 
@@ -127,7 +128,7 @@ class TorchBackbone:
         on_vllm = config.rollout.engine == "vllm"
         if on_vllm:
             refuse_agent_adapters(
-                config,
+                config.agents,
                 "backbone torch on vLLM",
                 "it serves adapters only from the policy it trains, in this process",
                 "rollout.engine: transformers (or auto)",
@@ -152,10 +153,9 @@ class TorchBackbone:
         config, experiment, settings = ctx.config, ctx.experiment, self.settings
         t = config.trainer_common
         log = get_logger(backbone="torch")
-        plan = agent_plan(config, parts.workflow.trainable_targets)
-        stream = TaskStream(
-            _tasks(reader.read("train"), "train", config), config.data.train_batch_size, t.seed
-        )
+        plan = parts.agents
+        train_tasks = _tasks(reader.read("train"), "train", config.task_reader.type)
+        stream = TaskStream(train_tasks, config.data.train_batch_size, t.seed)
         total = t.total_training_steps or t.total_epochs * stream.batches_per_epoch
         # The validation split is read only when validation runs: a reader may have none.
         validates = t.val_before_train or t.test_freq <= total
@@ -163,25 +163,18 @@ class TorchBackbone:
             list(itertools.islice(reader.read("validation"), settings.val_max_tasks)) if validates else []
         )
 
-        checkpoint = resume_from(config)
+        checkpoint = resume_from(t.resume, experiment_root(config))
         seed_everything(t.seed)
         use_kl = t.use_kl_loss and t.kl_loss_coef > 0
         policy = Policy.load(
-            config,
+            config.model,
             settings,
+            plan=plan,
             need_reference=use_kl,
             weights=checkpoint.path if checkpoint else None,
             need_generator=not on_vllm,
-            plan=plan,
         )
-        update_settings = UpdateSettings.from_config(
-            config,
-            settings.logprob_chunk,
-            settings.skip_zero_advantage,
-            settings.max_nonfinite_updates,
-            settings.share_prompt_prefix,
-        )
-        trainer = PolicyTrainer(policy, update_settings)
+        trainer = PolicyTrainer(policy, update_settings(config, settings))
         if t.save_freq <= total:  # before any work: the disk must hold at least one checkpoint
             ensure_space(experiment.checkpoints, checkpoint_size(policy))
         start = 0
@@ -191,13 +184,14 @@ class TorchBackbone:
         engine = await self._rollout_engine(ctx, policy, start)
         tensorboard = experiment.path / "tensorboard" if "tensorboard" in t.logger else None
         metrics_log = MetricsLog(experiment.metrics_file, tensorboard)
-        sampling = sampling_from_config(config)
+        sampling = sampling_from_config(config.rollout)
+        validation = validation_settings(config)
         health = HealthMonitor()
         try:
             async with rollout_stack(config, ctx.plugins, engine=engine, parts=parts) as runner:
                 if t.val_before_train and start == 0 and val_tasks:
                     began = time.perf_counter()
-                    val_metrics, _ = await validate(runner, val_tasks, config, experiment, 0)
+                    val_metrics, _ = await validate(runner, val_tasks, validation, experiment, 0)
                     metrics_log.write(0, {**val_metrics, "timing/val_s": time.perf_counter() - began})
                     log.info("validation", step=0, **_brief(val_metrics))
                 for step in range(start + 1, total + 1):
@@ -212,7 +206,9 @@ class TorchBackbone:
                     rolled = time.perf_counter()
                     if isinstance(engine, VllmRollout):  # a dead server stops the run, not every rollout
                         await engine.check_alive()
-                    metrics = self._update(runner, trainer, engine, trajectories, estimator, config)
+                    metrics = self._update(
+                        runner, trainer, engine, trajectories, estimator, config.rollout.gamma
+                    )
                     if in_process:
                         reuse = engine.prompt_reuse_since(prompt_tokens)
                         metrics["rollout/prompt_tokens_reused_frac"] = reuse
@@ -223,7 +219,7 @@ class TorchBackbone:
                     metrics["timing/update_s"] = trained - rolled
                     metrics["timing/sync_s"] = updated - trained
                     if val_tasks and step % t.test_freq == 0:
-                        val_metrics, _ = await validate(runner, val_tasks, config, experiment, step)
+                        val_metrics, _ = await validate(runner, val_tasks, validation, experiment, step)
                         metrics.update(val_metrics)
                         metrics["timing/val_s"] = time.perf_counter() - updated
                     if step % t.save_freq == 0 or step == total:
@@ -242,7 +238,15 @@ class TorchBackbone:
         """The engine rollouts run on, serving the weights of update `start` (0: the initial ones)."""
         config = ctx.config
         if config.rollout.engine == "vllm":
-            engine: RolloutEngine = VllmRollout.start(config, ctx.plugins, policy, ctx.experiment.path)
+            engine_settings = plugin_settings(config, ctx.plugins.get("engine", "vllm"))
+            engine: RolloutEngine = VllmRollout.start(
+                ctx.plugins,
+                engine_settings,
+                main_engine_model(config),
+                config.model.lora.rank,
+                policy,
+                ctx.experiment.path,
+            )
         else:
             engine_reg = ctx.plugins.get("engine", "transformers")
             engine_settings = plugin_settings(config, engine_reg)
@@ -259,13 +263,11 @@ class TorchBackbone:
         engine: RolloutEngine,
         trajectories: list[Trajectory],
         estimator: str,
-        config: AstunerConfig,
+        gamma: float,
     ) -> dict[str, float]:
         targets = runner.trainable_targets or None
         samples, report = make_samples(trajectories, targets)
-        advantages = compute_advantages(
-            trajectories, samples, estimator=estimator, gamma=config.rollout.gamma
-        )
+        advantages = compute_advantages(trajectories, samples, estimator=estimator, gamma=gamma)
         metrics: dict[str, float] = rollout_metrics(trajectories, "train")
         metrics.update(
             {
@@ -334,12 +336,10 @@ def quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
-def _tasks(tasks: Any, split: str, config: AstunerConfig) -> list[Task]:
+def _tasks(tasks: Any, split: str, reader: str) -> list[Task]:
     out = list(tasks)
     if not out:
-        raise AstunerError(
-            f"The {split} split of reader '{config.task_reader.type}' is empty: nothing to train on."
-        )
+        raise AstunerError(f"The {split} split of reader '{reader}' is empty: nothing to train on.")
     return out
 
 

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from astuner.api import AstunerError, ConfigError
-from astuner.training import AstunerConfig, ExperimentDir
+from astuner.training import ExperimentDir
 
 STATE_JSON = "trainer_state.json"
 STATE_PT = "trainer_state.pt"
@@ -229,24 +229,24 @@ def remove_partial_saves(checkpoints: Path) -> list[Path]:
     return partial
 
 
-def resume_from(config: AstunerConfig) -> Checkpoint | None:
-    """What `trainer_common.resume` asks for: nothing, the latest checkpoint, or a given folder.
+def resume_from(resume: str, experiment_root: Path) -> Checkpoint | None:
+    """What `trainer_common.resume` (`resume`) asks for: nothing, the latest checkpoint of the
+    experiment's runs under `experiment_root` (`<experiment_dir>/<experiment_name>`), or a given folder.
 
     The folder a resumed checkpoint sits in is cleared of partial saves: a
     run killed while saving leaves its temporary folder behind.
     """
-    ckpt = _resume_target(config)
+    ckpt = _resume_target(resume, experiment_root)
     if ckpt is not None:
         remove_partial_saves(ckpt.path.parent)
     return ckpt
 
 
-def _resume_target(config: AstunerConfig) -> Checkpoint | None:
-    resume = config.trainer_common.resume
+def _resume_target(resume: str, experiment_root: Path) -> Checkpoint | None:
     if resume == "disable":
         return None
     if resume == "auto":
-        return latest_checkpoint((Path(config.experiment_dir) / config.experiment_name).glob("*"))
+        return latest_checkpoint(experiment_root.glob("*"))
     ckpt = read_checkpoint(Path(resume))
     if ckpt is None:
         raise ConfigError(

@@ -22,12 +22,13 @@ import copy
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
-from astuner.training import AgentPlan, AstunerConfig, agent_plan
+from astuner.training import AgentPlan
 from astuner_backbone_torch.adapters import (
+    LoraSettings,
     adapter_parameters,
     check_resumed_adapters,
     naming,
@@ -39,6 +40,16 @@ from astuner_backbone_torch.adapters import (
 from astuner_backbone_torch.dtype_probe import fastest_cpu_dtype
 from astuner_backbone_torch.models import resolve_model_dir
 from astuner_backbone_torch.settings import DType, TorchSettings
+
+
+class ModelSettings(Protocol):
+    """`model:`: the base model trained, and its one shared LoRA adapter (rank 0: none)."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def lora(self) -> LoraSettings: ...
 
 
 def pick_device(name: str) -> torch.device:
@@ -99,28 +110,27 @@ class Policy:
     @classmethod
     def load(
         cls,
-        config: AstunerConfig,
+        model_settings: ModelSettings,
         settings: TorchSettings,
         *,
+        plan: AgentPlan,
         need_reference: bool,
         weights: Path | None = None,
         need_generator: bool = True,
-        plan: AgentPlan | None = None,
     ) -> Policy:
         """Build the models from `model.path`, or from a checkpoint folder `weights` when resuming.
 
+        `plan`: the run's agents and their adapters (`agent_plan`; `AgentPlan()` for none).
         `need_generator=False` (rollouts on a server) makes no rollout copy: `generator` is the policy.
-        `plan`: the run's agents and their adapters (default: `agent_plan` of `config` alone).
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        plan = agent_plan(config) if plan is None else plan
         if weights is not None:
             check_resumed_adapters(weights, tuple(plan.trained_adapters))
         device = pick_device(settings.device)
         train_dtype = resolve_dtype(settings.train_dtype, device)
-        base_dir = resolve_model_dir(config.model.path)
-        lora = config.model.lora.rank > 0 or bool(plan.adapters)
+        base_dir = resolve_model_dir(model_settings.path)
+        lora = model_settings.lora.rank > 0 or bool(plan.adapters)
         source = base_dir if (weights is None or lora) else str(weights)
         with naming(source):
             model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
@@ -129,7 +139,7 @@ class Policy:
             model = with_agent_adapters(model, plan, weights)
         elif lora:
             with naming(weights or base_dir):
-                model = _with_lora(model, config, weights)
+                model = _with_lora(model, model_settings.lora, weights)
         model.to(device)
         if settings.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -203,9 +213,9 @@ class Policy:
         self.tokenizer.save_pretrained(str(folder))
 
 
-def _with_lora(model: Any, config: AstunerConfig, weights: Path | None) -> Any:
+def _with_lora(model: Any, settings: LoraSettings, weights: Path | None) -> Any:
     """`model` with the one adapter of `model.lora`: new, or the checkpoint's `weights` when resuming."""
-    lora = peft_config(config.model.lora)  # first: a ConfigError when peft is missing
+    lora = peft_config(settings)  # first: a ConfigError when peft is missing
     from peft import PeftModel, get_peft_model
 
     if weights is not None:

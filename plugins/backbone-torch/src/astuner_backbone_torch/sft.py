@@ -25,12 +25,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from astuner.api import AstunerError, ChatTokenizer, ConfigError, Trajectory, get_logger, load_tokenizer
 from astuner.training import (
-    AstunerConfig,
     DemonstrationError,
     ExperimentDir,
     Sample,
@@ -40,7 +40,6 @@ from astuner.training import (
     read_demonstrations,
     read_json_lines,
     read_trajectories,
-    runner_settings_from_config,
     scalar_reward,
     succeeded,
 )
@@ -60,7 +59,8 @@ from astuner_backbone_torch.metrics import MetricsLog
 from astuner_backbone_torch.models import resolve_model_dir
 from astuner_backbone_torch.policy import Policy
 from astuner_backbone_torch.settings import SftSettings, TorchSettings
-from astuner_backbone_torch.trainer import PolicyTrainer, UpdateSettings
+from astuner_backbone_torch.trainer import PolicyTrainer
+from astuner_backbone_torch.translate import SftRun
 
 SFT_DATA = "sft_data.jsonl"
 # How often reading a demonstrations file says how far it got.
@@ -116,10 +116,10 @@ def source_kind(file: Path) -> str:
 
 
 def load_sft_data(
-    source: Path, config: AstunerConfig, tokenizer: ChatTokenizer, sft: SftSettings, record: Path
+    source: Path, tracker: Any, tokenizer: ChatTokenizer, sft: SftSettings, record: Path
 ) -> SftData:
     """Read `--from` into samples, one trajectory at a time, writing those kept to `record` as they come;
-    a clear error when nothing is left to train on."""
+    a clear error when nothing is left to train on. `tracker`: the context tracker's settings (`SftRun`)."""
     files = record_files(source)
     if not files:
         raise AstunerError(
@@ -128,7 +128,7 @@ def load_sft_data(
         )
     kind = source_kind(files[0])
     if kind == "demonstrations":
-        trajectories = _demonstrations(files[0], config, tokenizer)
+        trajectories = _demonstrations(files[0], tracker, tokenizer)
     else:
         trajectories = (t for f in files if source_kind(f) == "records" for t in read_trajectories(f))
     samples: list[Sample] = []
@@ -153,8 +153,7 @@ def load_sft_data(
     return SftData(source, kind, read, count, samples)
 
 
-def _demonstrations(file: Path, config: AstunerConfig, tokenizer: ChatTokenizer) -> Iterator[Trajectory]:
-    settings = runner_settings_from_config(config).tracker
+def _demonstrations(file: Path, tracker: Any, tokenizer: ChatTokenizer) -> Iterator[Trajectory]:
     log = get_logger(backbone="torch", command="sft")
     size = file.stat().st_size
     log.info(f"sft: reading demonstrations from {file} ({size / 2**20:.1f} MB)")
@@ -162,7 +161,7 @@ def _demonstrations(file: Path, config: AstunerConfig, tokenizer: ChatTokenizer)
     for count, (number, messages, tools, read) in enumerate(read_demonstrations(file), 1):
         try:
             trajectory = demonstration_trajectory(
-                tokenizer, settings, messages, tools, trajectory_id=f"demo-{number}"
+                tokenizer, tracker, messages, tools, trajectory_id=f"demo-{number}"
             )
         except DemonstrationError as exc:
             raise AstunerError(f"--from: '{file}', line {number}: {exc}") from None
@@ -175,30 +174,13 @@ def _demonstrations(file: Path, config: AstunerConfig, tokenizer: ChatTokenizer)
             )
 
 
-def update_settings(config: AstunerConfig, settings: TorchSettings) -> UpdateSettings:
-    """The trainer's settings for SFT: `torch.sft.lr`, token-mean NLL at temperature 1, one step per batch."""
-    t = config.trainer_common
-    return UpdateSettings(
-        lr=settings.sft.lr,
-        weight_decay=t.optim.weight_decay,
-        lr_warmup_steps=t.optim.lr_warmup_steps,
-        temperature=1.0,
-        loss_agg_mode="token-mean",
-        grad_clip=t.grad_clip,
-        max_tokens=t.max_token_len_per_gpu,
-        logprob_chunk=settings.logprob_chunk,
-        max_nonfinite_updates=settings.max_nonfinite_updates,
-        share_prompt_prefix=settings.share_prompt_prefix,
-    )
-
-
-def run_sft(config: AstunerConfig, settings: TorchSettings, source: Path, experiment: ExperimentDir) -> Path:
+def run_sft(run: SftRun, settings: TorchSettings, source: Path, experiment: ExperimentDir) -> Path:
     """Fine-tune `model.path` on `source`; returns the last checkpoint folder."""
     log = get_logger(backbone="torch", command="sft")
     sft = settings.sft
-    tokenizer = load_tokenizer(resolve_model_dir(config.model.path))
-    data = load_sft_data(source, config, tokenizer, sft, experiment.rollouts / SFT_DATA)
-    stream: TaskStream[Sample] = TaskStream(data.samples, sft.batch_size, config.trainer_common.seed)
+    tokenizer = load_tokenizer(resolve_model_dir(run.model.path))
+    data = load_sft_data(source, run.tracker, tokenizer, sft, experiment.rollouts / SFT_DATA)
+    stream: TaskStream[Sample] = TaskStream(data.samples, sft.batch_size, run.seed)
     total = sft.epochs * stream.batches_per_epoch
     save_freq = sft.save_freq or stream.batches_per_epoch
     log.info(
@@ -206,21 +188,25 @@ def run_sft(config: AstunerConfig, settings: TorchSettings, source: Path, experi
         f"({data.kind}: {data.kept} of {data.read} trajectories); {sft.epochs} epochs x "
         f"{stream.batches_per_epoch} steps of {stream.batch_size} samples, lr {sft.lr:g}"
     )
-    checkpoint = resume_from(config)
-    seed_everything(config.trainer_common.seed)
+    checkpoint = resume_from(run.resume, run.experiment_root)
+    seed_everything(run.seed)
     quiet_transformers()
     if settings.num_threads:
         torch.set_num_threads(settings.num_threads)
     policy = Policy.load(
-        config, settings, need_reference=False, weights=checkpoint.path if checkpoint else None
+        run.model,
+        settings,
+        plan=run.plan,
+        need_reference=False,
+        weights=checkpoint.path if checkpoint else None,
     )
-    trainer = PolicyTrainer(policy, update_settings(config, settings))
+    trainer = PolicyTrainer(policy, run.update)
     start = _restore(checkpoint, trainer, stream, data) if checkpoint else 0
     if checkpoint is not None:
         log.info("resumed", checkpoint=str(checkpoint.path), step=start, of=total)
     metrics_log = MetricsLog(
         experiment.metrics_file,
-        experiment.path / "tensorboard" if "tensorboard" in config.trainer_common.logger else None,
+        experiment.path / "tensorboard" if run.tensorboard else None,
     )
     last = checkpoint.path if checkpoint is not None else None
     try:
@@ -229,7 +215,7 @@ def run_sft(config: AstunerConfig, settings: TorchSettings, source: Path, experi
             update = trainer.update(stream.next_batch(), objective="likelihood")
             metrics = {f"sft/{k}": v for k, v in update.items()}
             if step % save_freq == 0 or step == total:
-                last = _save(experiment, step, policy, trainer, stream, config, data)
+                last = _save(experiment, step, policy, trainer, stream, run, data)
             metrics["timing/step_s"] = time.perf_counter() - began
             metrics_log.write(step, metrics)
             log.info(
@@ -254,7 +240,7 @@ def _save(
     policy: Policy,
     trainer: PolicyTrainer,
     stream: TaskStream[Sample],
-    config: AstunerConfig,
+    run: SftRun,
     data: SftData,
 ) -> Path:
     ensure_finite(policy.trainable_parameters(), step)
@@ -267,14 +253,14 @@ def _save(
         state={
             "kind": "sft",
             "data": stream.state_dict(),
-            "model_path": config.model.path,
+            "model_path": run.model.path,
             "lora": policy.lora,
-            "experiment": config.experiment_name,
+            "experiment": run.experiment_name,
             "source": str(data.source),
             "samples": len(data.samples),
         },
     )
-    prune_checkpoints(experiment.checkpoints, config.trainer_common.keep_last_checkpoints)
+    prune_checkpoints(experiment.checkpoints, run.keep_last_checkpoints)
     return path
 
 

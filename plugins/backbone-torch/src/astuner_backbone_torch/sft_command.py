@@ -10,7 +10,6 @@ import typer
 
 from astuner.api import Runs
 from astuner.training import (
-    AstunerConfig,
     ConfOption,
     OverrideOption,
     check_plugin_blocks,
@@ -22,11 +21,9 @@ from astuner.training import (
 SUFFIX = "-sft"
 
 
-def sft_config(config: AstunerConfig) -> AstunerConfig:
-    """The fine-tuning run's config: its own experiment (`<name>-sft`), so RL never resumes from it."""
-    if not config.experiment_name.endswith(SUFFIX):
-        config.experiment_name += SUFFIX
-    return config
+def sft_experiment(name: str) -> str:
+    """The fine-tuning run's experiment (`<name>-sft`): one of its own, so RL never resumes from it."""
+    return name if name.endswith(SUFFIX) else name + SUFFIX
 
 
 def sft_command(runs: Runs) -> Callable[..., None]:
@@ -62,9 +59,11 @@ def sft_command(runs: Runs) -> Callable[..., None]:
         """Fine-tune the config's model on demonstrations or judged trajectories (a warm start before RL)."""
         from astuner_backbone_torch.checkpoint import latest_checkpoint  # torch: only when fine-tuning
         from astuner_backbone_torch.sft import run_sft
+        from astuner_backbone_torch.translate import sft_run
 
         plugins = runs.plugins
-        config = sft_config(load_config(conf, override or [], backbone="torch"))
+        config = load_config(conf, override or [], backbone="torch")
+        config.experiment_name = sft_experiment(config.experiment_name)
         plugins.check_conflicts()
         check_plugin_blocks(config, plugins)
         settings = plugin_settings(config, plugins.get("backbone", "torch"))
@@ -77,7 +76,7 @@ def sft_command(runs: Runs) -> Callable[..., None]:
         with runs.open(config, command="sft") as run:
             run.resume = f"--from {source}"  # a stopped fine-tuning takes up again from its newest checkpoint
             try:
-                last = run_sft(config, settings, source, run.experiment).resolve()
+                last = run_sft(sft_run(config, settings), settings, source, run.experiment).resolve()
             finally:
                 newest = latest_checkpoint([run.experiment.path])
                 run.checkpoint = newest.path if newest is not None else None

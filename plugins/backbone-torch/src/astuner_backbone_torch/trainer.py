@@ -42,7 +42,7 @@ from typing import Any, Literal
 import torch
 
 from astuner.api import get_logger
-from astuner.training import AstunerConfig, Sample
+from astuner.training import Sample
 from astuner_backbone_torch.batching import MicroBatch, make_micro_batches
 from astuner_backbone_torch.learners import Learner, UpdateStats
 from astuner_backbone_torch.losses import (
@@ -62,7 +62,8 @@ Objective = Literal["policy_gradient", "likelihood"]
 
 @dataclass(frozen=True)
 class UpdateSettings:
-    """The knobs of an update, read from `trainer_common` and `rollout`."""
+    """The knobs of an update (`translate.update_settings` reads them from `trainer_common`, `rollout`
+    and `torch:`; `translate.sft_update_settings` for fine-tuning)."""
 
     lr: float = 1e-6
     weight_decay: float = 0.01
@@ -83,41 +84,6 @@ class UpdateSettings:
     share_prompt_prefix: bool = True
     rollout_is: str | None = None
     rollout_is_threshold: float = 2.0
-
-    @classmethod
-    def from_config(
-        cls,
-        config: AstunerConfig,
-        logprob_chunk: int = 1024,
-        skip_zero_advantage: bool = True,
-        max_nonfinite_updates: int = 3,
-        share_prompt_prefix: bool = True,
-    ) -> UpdateSettings:
-        t = config.trainer_common
-        correction = t.algorithm.rollout_correction
-        return cls(
-            lr=t.optim.lr,
-            weight_decay=t.optim.weight_decay,
-            lr_warmup_steps=t.optim.lr_warmup_steps,
-            # Log-probs are of the distribution that was sampled from: logits / T, T each call's
-            # recorded one (`batching.token_temperatures`); this one for calls recorded without it.
-            temperature=config.rollout.temperature or 1.0,
-            clip_low=t.clip_ratio_low,
-            clip_high=t.clip_ratio_high,
-            loss_agg_mode=t.loss_agg_mode,
-            use_kl_loss=t.use_kl_loss and t.kl_loss_coef > 0,
-            kl_loss_coef=t.kl_loss_coef,
-            kl_loss_type=t.kl_loss_type,
-            grad_clip=t.grad_clip,
-            max_tokens=t.max_token_len_per_gpu,
-            mini_batch_num=t.mini_batch_num,
-            logprob_chunk=logprob_chunk,
-            skip_zero_advantage=skip_zero_advantage,
-            max_nonfinite_updates=max_nonfinite_updates,
-            share_prompt_prefix=share_prompt_prefix,
-            rollout_is=correction.rollout_is,
-            rollout_is_threshold=correction.rollout_is_threshold,
-        )
 
 
 class PolicyTrainer:

@@ -3,38 +3,45 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from astuner.api import Task, Trajectory
+from astuner.api import SamplingParams, Task, Trajectory
 from astuner.training import (
-    AstunerConfig,
     ExperimentDir,
     RolloutRunner,
     append_trajectories,
     pass_at_k,
     rollout_metrics,
-    sampling_from_config,
 )
+
+
+@dataclass(frozen=True)
+class ValidationSettings:
+    """How a validation samples and scores (`translate.validation_settings`): `sampling` from
+    `rollout.val_kwargs`, `repeats` its `num_repeat`, `pass_n` `trainer_common.val_pass_n`."""
+
+    sampling: SamplingParams
+    repeats: int
+    pass_n: int
 
 
 async def validate(
     runner: RolloutRunner,
     tasks: Sequence[Task],
-    config: AstunerConfig,
+    settings: ValidationSettings,
     experiment: ExperimentDir,
     step: int,
 ) -> tuple[dict[str, float], list[Trajectory]]:
-    """Run every validation task `val_kwargs.num_repeat` times and score the runs.
+    """Run every validation task `settings.repeats` times and score the runs.
 
     Metrics: `val/reward_mean`, `val/success_rate` (and the other
-    `rollout_metrics`), and `val/pass@k` with `k = min(val_pass_n, num_repeat)`.
+    `rollout_metrics`), and `val/pass@k` with `k = min(pass_n, repeats)`.
     Trajectories go to `rollouts/val_step_<step>.jsonl`.
     """
-    repeats = config.rollout.val_kwargs.num_repeat
-    trajectories = await runner.run(
-        list(tasks), sampling_from_config(config, validation=True), repeats, tag=f"val{step}"
-    )
+    repeats = settings.repeats
+    trajectories = await runner.run(list(tasks), settings.sampling, repeats, tag=f"val{step}")
     append_trajectories(experiment.rollouts / f"val_step_{step}.jsonl", trajectories)
     metrics = rollout_metrics(trajectories, "val")
-    k = min(config.trainer_common.val_pass_n, repeats)
+    k = min(settings.pass_n, repeats)
     metrics[f"val/pass@{k}"] = pass_at_k(trajectories, k)
     return metrics, trajectories

@@ -28,17 +28,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from pydantic import BaseModel
 from safetensors.torch import save_file
 
-from astuner.api import ClosesAsync, Generation, SamplingParams, TokenEngine, get_logger
-from astuner.training import (
-    AstunerConfig,
-    FollowsPolicy,
-    PluginError,
-    Plugins,
-    main_engine_model,
-    plugin_settings,
-)
+from astuner.api import ClosesAsync, EngineModel, Generation, SamplingParams, TokenEngine, get_logger
+from astuner.training import FollowsPolicy, PluginError, Plugins
 from astuner_backbone_torch.models import resolve_model_dir
 from astuner_backbone_torch.policy import Policy
 
@@ -73,11 +67,23 @@ class VllmRollout:
         self.sync_seconds: list[float] = []
 
     @classmethod
-    def start(cls, config: AstunerConfig, plugins: Plugins, policy: Policy, run_folder: Path) -> VllmRollout:
-        """The engine `vllm` (plugin astuner-engine-vllm), serving the policy's initial weights."""
+    def start(
+        cls,
+        plugins: Plugins,
+        settings: BaseModel | None,
+        model: EngineModel,
+        lora_rank: int,
+        policy: Policy,
+        run_folder: Path,
+    ) -> VllmRollout:
+        """The engine `vllm` (plugin astuner-engine-vllm), serving the policy's initial weights.
+
+        `settings`: the engine's own block (`rollout.engines.vllm`), `model` the policy's model as
+        the engine serves it, `lora_rank` `model.lora.rank` (the server's adapter rank).
+        """
         reg = plugins.get("engine", "vllm")
-        args, env = server_flags(policy, config.model.lora.rank)
-        model_dir = resolve_model_dir(config.model.path)
+        args, env = server_flags(policy, lora_rank)
+        model_dir = resolve_model_dir(model.path)
         folder = run_folder / "vllm_weights"
 
         def initial_weights() -> str:  # a server started for full weights serves a copy it can reload
@@ -85,8 +91,8 @@ class VllmRollout:
             return str(folder / "weights-v0")
 
         engine = reg.factory(
-            plugin_settings(config, reg),
-            main_engine_model(config),
+            settings,
+            model,
             server_args=args,
             server_env=env,
             model_dir=model_dir,
