@@ -66,7 +66,9 @@ def _loaded_workflow(key: str, source: WorkflowSource) -> Any:
     return _LOADED[key]
 
 
-async def _run_workflow(key: str, source: WorkflowSource, config: Any, job: dict[str, Any]) -> WorkflowOutput:
+async def _run_workflow(
+    key: str, source: WorkflowSource, workflow_config: object, job: dict[str, Any]
+) -> WorkflowOutput:
     workflow = _loaded_workflow(key, source)
     cls = remote_model_tuner_class()
     timeout = source.rollout_timeout
@@ -93,7 +95,7 @@ async def _run_workflow(key: str, source: WorkflowSource, config: Any, job: dict
         group_id=job["group_id"],
         rollout_id=job["rollout_id"],
         repeat_index=job["repeat_index"],
-        config=config,
+        config=workflow_config,
     )
     try:
         output = await workflow.run(workflow_task, tuner)
@@ -104,14 +106,15 @@ async def _run_workflow(key: str, source: WorkflowSource, config: Any, job: dict
 
 
 def run_in_worker(
-    key: str, source: WorkflowSource, config: Any, job: dict[str, Any]
+    key: str, source: WorkflowSource, workflow_config: object, job: dict[str, Any]
 ) -> tuple[WorkflowOutput | None, str | None]:
     """The Ray task: run one workflow; `(output, None)`, or `(None, traceback)` when it raised.
 
-    `config` is what the workflow reads as `workflow_task.config`, as it would in the driver.
+    `workflow_config` is what the workflow reads as `workflow_task.config`, as it would in the driver
+    (the executor only hands it on).
     """
     try:
-        return asyncio.run(_run_workflow(key, source, config, job)), None
+        return asyncio.run(_run_workflow(key, source, workflow_config, job)), None
     except Exception:
         return None, traceback.format_exc()
 
