@@ -151,7 +151,7 @@ def run_example(config: AstunerConfig, tokenizer: ChatTokenizer, respond: Callab
     async def main() -> list[Trajectory]:
         engine = ScriptedEngine(tokenizer, respond)
         async with rollout_stack(config, plugins, engine=engine, max_parallel=1) as runner:
-            return await runner.run([task], sampling_from_config(config), progress=False)
+            return await runner.run([task], sampling_from_config(config.rollout), progress=False)
 
     (trajectory,) = asyncio.run(main())
     assert trajectory.error is None, trajectory.error

@@ -69,7 +69,11 @@ def test_the_config_trains_wolf_and_seer_each_on_an_adapter() -> None:
     assert config.backbone == "debug"
     assert config.task_reader.type == "game->WerewolvesReader"
     assert config.task_judge.judge_protocol == "judge->WerewolvesJudge"
-    plan = agent_plan(config)
+    plan = agent_plan(
+        config.agents,
+        trainable_targets=config.rollout.trainable_targets,
+        shared_lora_rank=config.model.lora.rank,
+    )
     assert plan.trainable == ("wolf", "seer")
     assert {name: lora.rank for name, lora in plan.trained_adapters.items()} == {"wolf": 8, "seer": 8}
 

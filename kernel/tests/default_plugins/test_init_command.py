@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 
@@ -80,8 +81,15 @@ def test_scaffold_names_files_after_the_project_and_loads(
     assert config.experiment_name == name
     assert config.model.path == "builtin:smollm2-135m-instruct"
     plugins = Plugins()
-    assert load_workflow(config, plugins) is not None
-    assert load_judge(config, plugins) is not None
+    assert load_workflow(config.rollout.agentscope_workflow, plugins, config.search_paths()) is not None
+    judge = load_judge(
+        config.task_judge.judge_protocol,
+        plugins,
+        config.search_paths(),
+        build_registered=partial(build_judge, config, plugins),
+        judge_config=config,
+    )
+    assert judge is not None
 
 
 def test_names_that_are_not_identifiers_or_are_keywords_are_refused() -> None:

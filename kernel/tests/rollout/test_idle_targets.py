@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from astuner import Task, Workflow, WorkflowOutput
-from astuner.config import AstunerConfig, load_config
+from astuner.config import load_config
 from astuner.core.advantages import compute_advantages
 from astuner.core.merge import merge_trajectory
 from astuner.core.task import JudgeOutput
@@ -18,6 +18,7 @@ from astuner.core.trajectory import Trajectory
 from astuner.errors import ConfigError
 from astuner.plugins import Plugins
 from astuner.rollout import episode
+from astuner.rollout.agents import agent_plan
 from astuner.rollout.engine import SamplingParams
 from astuner.rollout.episode import EpisodeSource
 from astuner.rollout.runner import RolloutRunner
@@ -50,7 +51,7 @@ def run_village(qwen25, targets: list[str]) -> list[Trajectory]:
         judge=ByTask(),
         engine=ScriptedEngine(qwen25, lambda prompt: "ok"),
         tokenizer=qwen25,
-        config=AstunerConfig(rollout={"trainable_targets": targets}),
+        agents=agent_plan({}, trainable_targets=targets, shared_lora_rank=0),
     )
     tasks = [Task(task_id="t0"), Task(task_id="t10")]
     return asyncio.run(runner.run(tasks, SAMPLING, num_repeat=2, progress=False))

@@ -11,7 +11,7 @@ from astuner import Task, Workflow, WorkflowOutput
 from astuner.config import AstunerConfig
 from astuner.core.task import JudgeOutput
 from astuner.errors import ConfigError
-from astuner.rollout.agents import agent_plan, refuse_agent_adapters
+from astuner.rollout.agents import AgentPlan, agent_plan, refuse_agent_adapters
 from astuner.rollout.engine import Generation, SamplingParams
 from astuner.rollout.runner import RolloutRunner
 from astuner.rollout.workflow import adapt_workflow
@@ -25,16 +25,26 @@ def config(**astuner: object) -> AstunerConfig:
     return AstunerConfig(**astuner)
 
 
+def plan_of(run_config: AstunerConfig, workflow_targets: Sequence[str] = ()) -> AgentPlan:
+    """The agent plan of `run_config`, picked out as the rollout stack picks it."""
+    return agent_plan(
+        run_config.agents,
+        workflow_targets,
+        trainable_targets=run_config.rollout.trainable_targets,
+        shared_lora_rank=run_config.model.lora.rank,
+    )
+
+
 def test_without_adapters_the_config_targets_win_over_the_workflow_s() -> None:
-    assert agent_plan(config(), ["wolf"]).trainable == ("wolf",)
-    assert agent_plan(config(rollout={"trainable_targets": ["seer"]}), ["wolf"]).trainable == ("seer",)
-    assert agent_plan(config(), []).adapters == frozenset()
+    assert plan_of(config(), ["wolf"]).trainable == ("wolf",)
+    assert plan_of(config(rollout={"trainable_targets": ["seer"]}), ["wolf"]).trainable == ("seer",)
+    assert plan_of(config(), []).adapters == frozenset()
 
 
 def test_adapters_train_their_agents_and_fixed_ones_need_a_folder(tmp_path) -> None:
-    plan = agent_plan(config(agents={"wolf": {"lora": {}}, "seer": {"lora": {"rank": 4}}}))
+    plan = plan_of(config(agents={"wolf": {"lora": {}}, "seer": {"lora": {"rank": 4}}}))
     assert plan.trainable == ("seer", "wolf") and plan.trained_adapters["seer"].rank == 4
-    fixed = agent_plan(
+    fixed = plan_of(
         config(agents={"wolf": {"lora": {}}, "seer": {"lora": {"path": str(tmp_path)}}}), ["wolf"]
     )
     assert fixed.trainable == ("wolf",) and fixed.fixed_adapters == {"seer": str(tmp_path)}
@@ -51,12 +61,12 @@ def test_adapters_train_their_agents_and_fixed_ones_need_a_folder(tmp_path) -> N
 )
 def test_plans_that_cannot_work_name_the_key(astuner: dict, targets: list[str], says: str) -> None:
     with pytest.raises(ConfigError, match=says):
-        agent_plan(config(**astuner), targets)
+        plan_of(config(**astuner), targets)
 
 
 def test_a_backbone_without_adapters_refuses_every_agent_lora_in_one_paragraph() -> None:
-    refuse_agent_adapters(config(agents={"wolf": {}}), "backbone x", "one model", "backbone torch")
-    adapters = config(agents={"wolf": {"lora": {}}, "seer": {}, "witch": {"lora": {"rank": 4}}})
+    refuse_agent_adapters(config(agents={"wolf": {}}).agents, "backbone x", "one model", "backbone torch")
+    adapters = config(agents={"wolf": {"lora": {}}, "seer": {}, "witch": {"lora": {"rank": 4}}}).agents
     with pytest.raises(ConfigError, match=r"^agents\.wolf\.lora, agents\.witch\.lora: backbone x ") as error:
         refuse_agent_adapters(adapters, "backbone x", "one model", "backbone torch", "one group per agent")
     message = str(error.value)
@@ -101,7 +111,7 @@ def run_village(qwen25, engine_cls, rewards: dict[str, float], **astuner: object
         judge=RewardsFromTask(),
         engine=engine,
         tokenizer=qwen25,
-        config=config(**astuner),
+        agents=plan_of(config(**astuner)),
     )
     task = Task(task_id="t0", metadata={"rewards": rewards})
     (trajectory,) = asyncio.run(runner.run([task], SAMPLING, progress=False))

@@ -14,11 +14,11 @@ from astuner.core.merge import merge_calls
 from astuner.core.tokenizer import ChatTokenizer
 from astuner.core.tracker import ContextTracker, TrackerSettings
 from astuner.core.trajectory import CallSampling, LLMCall, Trajectory
-from astuner.errors import AstunerError, ConfigError
+from astuner.errors import AstunerError
 from astuner.rollout.engine import ChatReply, Generation, SamplingParams
 from astuner.rollout.gateway import Gateway
 from astuner.rollout.model_tuner import ModelTuner
-from astuner.rollout.sampling import sampling_from_config
+from astuner.rollout.sampling import auxiliary_sampling, sampling_from_config
 from astuner.testing.engines import ScriptedEngine
 
 QUESTION = [{"role": "user", "content": "What is 2 + 3?"}]
@@ -60,11 +60,9 @@ def test_training_validation_and_auxiliary_sampling_come_from_their_config_secti
             "auxiliary_models.critic.max_tokens=11",
         ],
     )
-    assert sampling_from_config(config) == SamplingParams(0.7, 0.8, 20, 99)
-    assert sampling_from_config(config, validation=True).greedy  # val_kwargs.do_sample is off
-    assert sampling_from_config(config, auxiliary="critic") == SamplingParams(0.2, 1.0, -1, 11)
-    with pytest.raises(ConfigError, match=r"'judge'.*critic"):
-        sampling_from_config(config, auxiliary="judge")
+    assert sampling_from_config(config.rollout) == SamplingParams(0.7, 0.8, 20, 99)
+    assert sampling_from_config(config.rollout, validation=True).greedy  # val_kwargs.do_sample is off
+    assert auxiliary_sampling(config.auxiliary_models["critic"]) == SamplingParams(0.2, 1.0, -1, 11)
 
 
 def test_an_override_changes_only_what_it_names_and_none_keeps_the_setting() -> None:

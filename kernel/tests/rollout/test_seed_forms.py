@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
@@ -149,7 +148,7 @@ def test_disable_toolcalls_shows_no_tools_and_reads_no_calls(make_runner, disabl
     reply = '<tool_call>{"name": "calculator", "arguments": {}}</tool_call>'
     prompts: list[str] = []
     runner, _ = make_runner(OffersATool, lambda prompt: prompts.append(prompt) or reply)
-    runner.config = SimpleNamespace(rollout=SimpleNamespace(disable_toolcalls=disabled, executor="local"))
+    runner.settings.disable_toolcalls = disabled
     trajectory = run_one(runner)
     handed = trajectory.metadata["workflow_output"]["metadata"]
     assert ("calculator" in prompts[0]) is not disabled

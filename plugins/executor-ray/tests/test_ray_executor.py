@@ -77,7 +77,7 @@ def test_rollouts_run_in_ray_workers_and_are_recorded_in_the_driver(
 
     async def go() -> list:
         async with rollout_stack(config, ray_plugins, engine=engine) as runner:
-            return await runner.run(tasks, sampling_from_config(config), num_repeat=2, progress=False)
+            return await runner.run(tasks, sampling_from_config(config.rollout), num_repeat=2, progress=False)
 
     good_a, good_b, bad_a, bad_b = asyncio.run(go())
     assert engine.calls == 4  # two runs x (tool call, answer), all served by the driver's engine
@@ -133,7 +133,7 @@ def test_an_enabled_tag_in_a_ray_worker_goes_to_rays_debugger_not_pdb(
     async def go() -> list:
         async with rollout_stack(config, ray_plugins, engine=engine) as runner:
             return await runner.run(
-                [Task(task_id="t", main_query="q")], sampling_from_config(config), progress=False
+                [Task(task_id="t", main_query="q")], sampling_from_config(config.rollout), progress=False
             )
 
     (trajectory,) = asyncio.run(go())

@@ -66,7 +66,7 @@ def test_the_example_agent_plays_through_the_rollout_stack(env_plugins, server: 
     async def go():
         async with rollout_stack(config, env_plugins, engine=engine) as runner:
             assert runner.gym_env_factory is not None
-            return await runner.run(tasks, sampling_from_config(config), 2, progress=False)
+            return await runner.run(tasks, sampling_from_config(config.rollout), 2, progress=False)
 
     trajectories = asyncio.run(go())
     assert [t.error for t in trajectories] == [None] * 6

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
-
-from astuner.components import build_reader
 from astuner.core.health import HealthMonitor
 from astuner.core.metrics import tool_metrics
 from astuner.core.trajectory import Trajectory
@@ -22,8 +19,12 @@ from astuner.errors import AstunerError
 from astuner.hookspecs import Register, hookimpl
 from astuner.logs import get_logger
 from astuner.protocols import RunContext
-from astuner.record import append_trajectories
-from astuner.rollout.stack import rollout_stack, sampling_from_config
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+# The plugin manager imports this module whenever the CLI starts: the rollout stack (and the web
+# server behind its gateway), the reader's builder and rich load when the backbone runs.
 
 
 class DebugBackbone:
@@ -31,6 +32,12 @@ class DebugBackbone:
         asyncio.run(self.run_async(ctx))
 
     async def run_async(self, ctx: RunContext) -> list[Trajectory]:
+        from rich.console import Console
+
+        from astuner.components import build_reader
+        from astuner.record import append_trajectories
+        from astuner.rollout.stack import rollout_stack, sampling_from_config
+
         config, debug = ctx.config, ctx.config.debug
         reader = build_reader(config, ctx.plugins)
         tasks = list(itertools.islice(reader.read(debug.split), debug.debug_first_n_tasks))
@@ -39,7 +46,7 @@ class DebugBackbone:
         stack = rollout_stack(config, ctx.plugins, max_parallel=debug.debug_max_parallel, reader=reader)
         async with stack as runner:
             trajectories = await runner.run(
-                tasks, sampling_from_config(config), debug.num_repeat, tag="debug"
+                tasks, sampling_from_config(config.rollout), debug.num_repeat, tag="debug"
             )
         path = ctx.experiment.rollouts / "debug.jsonl"
         append_trajectories(path, trajectories)
@@ -53,6 +60,8 @@ class DebugBackbone:
 
 
 def summary_table(trajectories: list[Trajectory]) -> Table:
+    from rich.table import Table
+
     table = Table(
         "task", "rollout", "reward", "success", "turns", "tool calls", "tokens", title="debug rollouts"
     )

@@ -13,26 +13,27 @@ calls are recorded as untrainable.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from astuner.errors import ConfigError
 
 if TYPE_CHECKING:
-    from astuner.config import AstunerConfig
-    from astuner.config_sections import AgentLoraConfig
+    from astuner.config_sections import AgentConfig, AgentLoraConfig
 
 
 @dataclass(frozen=True)
 class AgentPlan:
     """`trainable`: the agents whose calls train (empty: every agent); `trained_adapters`: by agent,
     the settings of each adapter trained this run; `fixed_adapters`: by agent, the folder of each
-    adapter used but not trained."""
+    adapter used but not trained; `targets_configured`: whether `trainable` came from
+    `rollout.trainable_targets` (else from the workflow), for messages that say where to change them."""
 
     trainable: tuple[str, ...] = ()
     trained_adapters: dict[str, AgentLoraConfig] = field(default_factory=dict)
     fixed_adapters: dict[str, str] = field(default_factory=dict)
+    targets_configured: bool = False
 
     @property
     def adapters(self) -> frozenset[str]:
@@ -40,14 +41,26 @@ class AgentPlan:
         return frozenset(self.trained_adapters) | frozenset(self.fixed_adapters)
 
 
-def agent_plan(config: AstunerConfig, workflow_targets: Sequence[str] = ()) -> AgentPlan:
-    """The plan of `config`'s `agents` block and trainable targets; a ConfigError naming the key
-    when they do not fit together."""
-    targets = tuple(config.rollout.trainable_targets or workflow_targets)
-    loras = {name: agent.lora for name, agent in config.agents.items() if agent.lora is not None}
+def agent_plan(
+    agents: Mapping[str, AgentConfig],
+    workflow_targets: Sequence[str] = (),
+    *,
+    trainable_targets: Sequence[str],
+    shared_lora_rank: int,
+) -> AgentPlan:
+    """The plan of the `agents` block (`config.agents`) and the trainable targets; a ConfigError naming
+    the key when they do not fit together.
+
+    `trainable_targets` is `config.rollout.trainable_targets` (it wins over the workflow's
+    `workflow_targets`), and `shared_lora_rank` is `config.model.lora.rank`, the one adapter shared by
+    every agent, which per-agent adapters exclude.
+    """
+    configured = bool(trainable_targets)
+    targets = tuple(trainable_targets or workflow_targets)
+    loras = {name: agent.lora for name, agent in agents.items() if agent.lora is not None}
     if not loras:
-        return AgentPlan(targets)
-    if config.model.lora.rank > 0:
+        return AgentPlan(targets, targets_configured=configured)
+    if shared_lora_rank > 0:
         raise ConfigError(
             "model.lora.rank and agents.<name>.lora are both set: with per-agent adapters the base "
             "model stays frozen and each agent trains its own adapter. Set model.lora.rank: 0, or "
@@ -73,17 +86,20 @@ def agent_plan(config: AstunerConfig, workflow_targets: Sequence[str] = ()) -> A
                 f"rollout.trainable_targets, or remove agents.{name}.lora to run it on the base model."
             )
         fixed[name] = lora.path
-    return AgentPlan(targets, {name: loras[name] for name in targets}, fixed)
+    return AgentPlan(targets, {name: loras[name] for name in targets}, fixed, targets_configured=configured)
 
 
-def refuse_agent_adapters(config: AstunerConfig, where: str, why: str, need: str, grouping: str = "") -> None:
-    """A ConfigError naming every `agents.<name>.lora` of `config`, for a backbone (or one of its
-    rollout paths) that runs every agent on one model; nothing when no agent has an adapter.
+def refuse_agent_adapters(
+    agents: Mapping[str, AgentConfig], where: str, why: str, need: str, grouping: str = ""
+) -> None:
+    """A ConfigError naming every `agents.<name>.lora` of the `agents` block (`config.agents`), for a
+    backbone (or one of its rollout paths) that runs every agent on one model; nothing when no agent
+    has an adapter.
 
     `where` names it ("backbone verl"), `why` says why it has no per-agent adapters, `need` what
     would serve them ("backbone torch"), and `grouping` how it groups each agent's runs with
     per-agent rewards, when it does ("each agent's experiences form a group of their own")."""
-    keys = [f"agents.{name}.lora" for name, agent in config.agents.items() if agent.lora is not None]
+    keys = [f"agents.{name}.lora" for name, agent in agents.items() if agent.lora is not None]
     if not keys:
         return
     grouped = f" With per-agent rewards, {grouping}." if grouping else ""

@@ -22,23 +22,25 @@ samples are merged from. Over the gateway a handle is its own rollout,
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from astuner.components import build_auxiliary_engine
 from astuner.core.tokenizer import ChatTokenizer, load_tokenizer
 from astuner.core.tracker import ContextTracker, TrackerSettings
 from astuner.protocols import ClosesAsync, HasTokenizerPath
 from astuner.rollout.agentscope_model import model_tuner_class
 from astuner.rollout.engine import SamplingParams, TokenEngine
 from astuner.rollout.model_tuner import ModelTuner
-from astuner.rollout.sampling import sampling_from_config
+from astuner.rollout.sampling import auxiliary_sampling
 
 if TYPE_CHECKING:
-    from astuner.config import AstunerConfig
-    from astuner.plugins import Plugins
+    from astuner.config_sections import AuxiliaryModelConfig, ContextTrackerConfig
+
+EngineBuilder = Callable[[str], Any]
+"""Builds the engine of the auxiliary model it is given the name of (the launch path's
+`astuner.components.build_auxiliary_engine`, bound to the run)."""
 
 
 def auxiliary_rollout_id(rollout_id: str, name: str) -> str:
@@ -70,9 +72,14 @@ class AuxiliaryModel:
         )
 
 
-def auxiliary_model(config: AstunerConfig, name: str, engine: Any) -> AuxiliaryModel:
-    """Auxiliary model `name` of `config` around its built engine."""
-    spec = config.auxiliary_models[name]
+def auxiliary_model(
+    name: str, spec: AuxiliaryModelConfig, context_tracker: ContextTrackerConfig, engine: Any
+) -> AuxiliaryModel:
+    """Auxiliary model `name`, configured by its entry `spec`, around its built engine.
+
+    `context_tracker` is the run's block of that name: its mode and environment-output limit hold
+    for every model, the rest comes from `spec`.
+    """
     tokenizer = None
     if isinstance(engine, TokenEngine):
         own = engine.tokenizer_path if isinstance(engine, HasTokenizerPath) else None
@@ -81,37 +88,43 @@ def auxiliary_model(config: AstunerConfig, name: str, engine: Any) -> AuxiliaryM
         name=name,
         engine=engine,
         tokenizer=tokenizer,
-        sampling=sampling_from_config(config, auxiliary=name),
+        sampling=auxiliary_sampling(spec),
         tracker=TrackerSettings(
-            mode=config.context_tracker.mode,
+            mode=context_tracker.mode,
             max_model_len=spec.max_model_len,
             max_response_length_in_one_turn=spec.max_tokens,
-            max_env_len=config.context_tracker.max_env_len,
+            max_env_len=context_tracker.max_env_len,
             tool_parser=spec.tool_parser,
             tool_format=spec.tool_format,
         ),
     )
 
 
-def build_auxiliary_models(config: AstunerConfig, plugins: Plugins) -> dict[str, AuxiliaryModel]:
-    """Every configured auxiliary model, its engine built now; the caller closes the engines."""
+def build_auxiliary_models(
+    specs: Mapping[str, AuxiliaryModelConfig],
+    context_tracker: ContextTrackerConfig,
+    build_engine: EngineBuilder,
+) -> dict[str, AuxiliaryModel]:
+    """Every model of `specs` (`config.auxiliary_models`), its engine built now by `build_engine`;
+    the caller closes the engines."""
     return {
-        name: auxiliary_model(config, name, build_auxiliary_engine(config, plugins, name))
-        for name in config.auxiliary_models
+        name: auxiliary_model(name, spec, context_tracker, build_engine(name)) for name, spec in specs.items()
     }
 
 
 @asynccontextmanager
 async def auxiliary_models(
-    config: AstunerConfig, plugins: Plugins
+    specs: Mapping[str, AuxiliaryModelConfig],
+    context_tracker: ContextTrackerConfig,
+    build_engine: EngineBuilder,
 ) -> AsyncIterator[dict[str, AuxiliaryModel]]:
-    """Every configured auxiliary model for one run; their engines close on exit, on every path."""
+    """Every model of `specs` for one run; the engines `build_engine` makes close on exit, on every path."""
     engines: list[Any] = []
     try:
         models = {}
-        for name in config.auxiliary_models:
-            engines.append(build_auxiliary_engine(config, plugins, name))
-            models[name] = auxiliary_model(config, name, engines[-1])
+        for name, spec in specs.items():
+            engines.append(build_engine(name))
+            models[name] = auxiliary_model(name, spec, context_tracker, engines[-1])
         yield models
     finally:
         for engine in engines:

@@ -34,8 +34,10 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, ClassVar
 
+from astuner.components import build_auxiliary_engine
 from astuner.config import AstunerConfig, load_config
 from astuner.core.merge import merge_trajectory
 from astuner.core.targets import generated_calls
@@ -45,7 +47,6 @@ from astuner.core.trajectory import Sample, Trajectory
 from astuner.errors import AstunerError
 from astuner.logs import get_logger
 from astuner.plugins import Plugins
-from astuner.rollout.agents import agent_plan
 from astuner.rollout.auxiliary import AuxiliaryModel, build_auxiliary_models
 from astuner.rollout.engine import SamplingParams
 from astuner.rollout.gateway import Gateway
@@ -61,7 +62,11 @@ IDLE_AFTER = 8
 
 
 class EpisodeSource:
-    """The astuner side of a foreign engine's worker: config, plugins, one rollout stack, a run at a time."""
+    """The astuner side of a foreign engine's worker: config, plugins, one rollout stack, a run at a time.
+
+    It is the verl and Trinity backbones' entry point in their worker processes (`shared` loads the
+    run's config there), so it holds the whole config, as `astuner.rollout.stack` does in the driver.
+    """
 
     _shared: ClassVar[dict[tuple[str, tuple[str, ...]], EpisodeSource]] = {}
     _shared_lock: ClassVar[threading.Lock] = threading.Lock()
@@ -108,7 +113,7 @@ class EpisodeSource:
             raise RuntimeError(
                 "trainable_targets is known once the first episode has built the rollout parts"
             )
-        return agent_plan(self.config, self.parts.workflow.trainable_targets).trainable
+        return self.parts.agents.trainable
 
     async def run(
         self, task: Task, engine: Any, sampling: SamplingParams, *, group_id: str = "", repeat: int = 0
@@ -132,7 +137,11 @@ class EpisodeSource:
                 # The engine adapters of one worker are all of one kind: the first one's tokenizer is theirs.
                 parts = RolloutParts.build(self.config, self.plugins)
                 self.tokenizer = engine_tokenizer(self.config, engine)
-                self.auxiliary = build_auxiliary_models(self.config, self.plugins)
+                self.auxiliary = build_auxiliary_models(
+                    self.config.auxiliary_models,
+                    self.config.context_tracker,
+                    partial(build_auxiliary_engine, self.config, self.plugins),
+                )
                 self.parts = parts
             for ended in [known for known in self._loops if known.is_closed()]:
                 del self._loops[ended]

@@ -14,13 +14,13 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from astuner import compat
-from astuner.components import build_judge
 from astuner.core.task import JudgeOutput, Task, WorkflowOutput, WorkflowTask
 from astuner.errors import AstunerError, ConfigError
 from astuner.import_strings import is_import_string
@@ -28,7 +28,6 @@ from astuner.protocols import ComputesReward, Judge
 from astuner.rollout.workflow import check_function_signature, look_alike_fields, task_as_dict
 
 if TYPE_CHECKING:
-    from astuner.config import AstunerConfig
     from astuner.plugins import Plugins
 
 
@@ -103,15 +102,28 @@ class AdaptedJudge:
         return as_judge_output(value, self.where)
 
 
-def load_judge(config: AstunerConfig, plugins: Plugins) -> Judge:
-    """The judge `task_judge.judge_protocol` names, in any accepted form."""
-    name = config.task_judge.judge_protocol
+def load_judge(
+    name: str,
+    plugins: Plugins,
+    search_paths: Sequence[Path],
+    *,
+    build_registered: Callable[[], Judge],
+    judge_config: object = None,
+) -> Judge:
+    """The judge `name` (`task_judge.judge_protocol`) names, in any accepted form.
+
+    A registered judge is built by `build_registered` (the launch path's
+    `astuner.components.build_judge`, bound to the run: it gets its settings
+    block); an import string is resolved from `search_paths`, and a judge
+    class there that takes an argument is created with `judge_config`, the
+    run's config, as the first tutorials' judges expect.
+    """
     if not is_import_string(name):
-        return build_judge(config, plugins)
-    obj = plugins.get("judge", name, search_paths=config.search_paths()).factory
+        return build_registered()
+    obj = plugins.get("judge", name, search_paths=search_paths).factory
     if inspect.isclass(obj):
         try:
             obj = obj()
         except TypeError:
-            obj = obj(config)
+            obj = obj(judge_config)
     return AdaptedJudge(obj, f"'{name}'")

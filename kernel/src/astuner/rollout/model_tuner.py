@@ -43,6 +43,9 @@ class ModelTuner:
     generate with that agent's LoRA adapter); `auxiliary_models` holds named
     models that are used but never trained (each a `ModelTuner` with
     `trainable=False`: every call it records is marked untrainable).
+    `config` is `workflow_config`, the run's config as the workflow reads
+    it (`workflow_task.config`), kept here for the first tutorials'
+    `model_tuner.config`; the handle itself never reads it.
     """
 
     def __init__(
@@ -59,7 +62,7 @@ class ModelTuner:
         adapters: Collection[str] = (),
         agent_name: str = "default",
         trainable: bool = True,
-        config: Any = None,
+        workflow_config: object = None,
         disable_toolcalls: bool = False,
     ) -> None:
         if tracker is None and not isinstance(engine, ChatEngine):
@@ -74,7 +77,7 @@ class ModelTuner:
         self.adapters = frozenset(adapters)
         self.agent_name = agent_name
         self.trainable = trainable
-        self.config = config
+        self.config = workflow_config
         self.disable_toolcalls = disable_toolcalls
         self._text_calls: list[LLMCall] = []
         self._environment = RolloutEnvironment(gym_env, last_call=self._last_call_index)

@@ -51,7 +51,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from astuner.config import AstunerConfig
 from astuner.core.madness import MadnessCheck, MadnessMonitor, apply_madness_reward
 from astuner.core.targets import TARGETS_KEY, generated_calls, idle_targets_warning
 from astuner.core.task import JudgeOutput, Task, WorkflowOutput, WorkflowTask
@@ -68,7 +67,7 @@ from astuner.protocols import (
     ServesAdapters,
     WorkflowExecutor,
 )
-from astuner.rollout.agents import AgentPlan, agent_plan
+from astuner.rollout.agents import AgentPlan
 from astuner.rollout.agentscope_model import model_tuner_class
 from astuner.rollout.deadline import RolloutTimeout, run_within_deadline
 from astuner.rollout.engine import SamplingParams
@@ -84,17 +83,24 @@ from astuner.rollout.workflow import LoadedWorkflow
 
 @dataclass
 class RunnerSettings:
-    """The runner's knobs, as plain values."""
+    """The runner's knobs, as plain values; `disable_toolcalls` shows a model no tools and reads no
+    tool calls from its replies (`rollout.disable_toolcalls`)."""
 
     max_env_worker: int = 32
     rollout_timeout: float = 1800.0
     agent_madness_reward: float = -1.0
     agent_madness_termination: bool = True
     tracker: TrackerSettings = field(default_factory=TrackerSettings)
+    disable_toolcalls: bool = False
 
 
 class RolloutRunner:
-    """Runs a workflow over tasks through one engine and returns the trajectories."""
+    """Runs a workflow over tasks through one engine and returns the trajectories.
+
+    `agents` is the run's `AgentPlan` (default: the workflow's trainable targets, no adapters).
+    `workflow_config` is what the workflow reads as `workflow_task.config` (the run's config, under
+    `astuner run`); the runner only hands it on.
+    """
 
     def __init__(
         self,
@@ -107,7 +113,8 @@ class RolloutRunner:
         madness_checks: Mapping[str, MadnessCheck] | None = None,
         gateway: Gateway | None = None,
         auxiliary_models: Mapping[str, AuxiliaryModel] | None = None,
-        config: Any = None,
+        agents: AgentPlan | None = None,
+        workflow_config: object = None,
         gym_env_factory: Callable[[Task], Any] | None = None,
         executor: WorkflowExecutor | None = None,
     ) -> None:
@@ -119,10 +126,11 @@ class RolloutRunner:
         self.madness_checks = dict(madness_checks or {})
         self.gateway = gateway
         self.auxiliary_models = dict(auxiliary_models or {})
-        self.config = config
+        self.workflow_config = workflow_config
         self.gym_env_factory = gym_env_factory
         self.executor = executor
-        self.agents = _agent_plan(config, workflow, engine)
+        self.agents = AgentPlan(tuple(workflow.trainable_targets)) if agents is None else agents
+        _warn_of_unserved_adapters(self.agents, engine)
 
     @property
     def trainable_targets(self) -> list[str]:
@@ -162,7 +170,7 @@ class RolloutRunner:
 
     def _targets_key(self) -> str:
         """Where the trainable targets come from, as a user would set them."""
-        if isinstance(self.config, AstunerConfig) and self.config.rollout.trainable_targets:
+        if self.agents.targets_configured:
             return "rollout.trainable_targets"
         return "the workflow's trainable_targets"
 
@@ -213,8 +221,8 @@ class RolloutRunner:
             },
             trainable_targets=self.trainable_targets,
             adapters=self.agents.adapters & _served_adapters(self.engine if engine is None else engine),
-            config=self.config,
-            disable_toolcalls=getattr(getattr(self.config, "rollout", None), "disable_toolcalls", False),
+            workflow_config=self.workflow_config,
+            disable_toolcalls=self.settings.disable_toolcalls,
         )
 
     async def run_one(
@@ -237,7 +245,7 @@ class RolloutRunner:
             rollout_id=rollout_id,
             repeat_index=repeat,
             auxiliary_models=auxiliary,
-            config=self.config,
+            config=self.workflow_config,
             model_tuner=tuner,
         )
         error: str | None = None
@@ -368,11 +376,8 @@ def _set_reward(trajectory: Trajectory, verdict: JudgeOutput) -> None:
     trajectory.is_success = verdict.is_success
 
 
-def _agent_plan(config: Any, workflow: LoadedWorkflow, engine: Any) -> AgentPlan:
-    """The run's agent plan (just the workflow's targets without a config, as in unit tests)."""
-    if not isinstance(config, AstunerConfig):
-        return AgentPlan(tuple(workflow.trainable_targets))
-    plan = agent_plan(config, workflow.trainable_targets)
+def _warn_of_unserved_adapters(plan: AgentPlan, engine: Any) -> None:
+    """A warning when `engine` lacks adapters of the plan: those agents generate with its own weights."""
     unserved = plan.adapters - _served_adapters(engine)
     if unserved and engine is not None:
         get_logger().warning(
@@ -381,7 +386,6 @@ def _agent_plan(config: Any, workflow: LoadedWorkflow, engine: Any) -> AgentPlan
             why=f"engine {type(engine).__name__} does not hold their LoRA adapters: they generate with "
             "its own weights (agents.<name>.lora needs backbone torch)",
         )
-    return plan
 
 
 def _served_adapters(engine: Any) -> frozenset[str]:

@@ -15,29 +15,27 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from astuner.errors import ConfigError
 from astuner.rollout.engine import SamplingParams
 
 if TYPE_CHECKING:
-    from astuner.config import AstunerConfig
+    from astuner.config_sections import AuxiliaryModelConfig, RolloutConfig
 
 
-def sampling_from_config(
-    config: AstunerConfig, validation: bool = False, auxiliary: str | None = None
-) -> SamplingParams:
-    """Training-time sampling, the greedy-by-default `val_kwargs` for validation, or the sampling of
-    auxiliary model `auxiliary`."""
-    r = config.rollout
-    if auxiliary is not None:
-        spec = config.auxiliary_models.get(auxiliary)
-        if spec is None:
-            raise ConfigError(
-                f"No auxiliary model '{auxiliary}' in the config: auxiliary_models names "
-                f"{sorted(config.auxiliary_models) or 'none'}. Add it under auxiliary_models."
-            )
-        return SamplingParams(spec.temperature, spec.top_p, spec.top_k, spec.max_tokens)
+def sampling_from_config(rollout: RolloutConfig, validation: bool = False) -> SamplingParams:
+    """Training-time sampling of the `rollout` block (`config.rollout`), or for validation its
+    greedy-by-default `val_kwargs`.
+
+    It takes the rollout block alone, never the whole config: a backbone passes `config.rollout`.
+    """
     if validation:
-        v = r.val_kwargs
+        v = rollout.val_kwargs
         temperature = v.temperature if v.do_sample else 0.0
-        return SamplingParams(temperature, v.top_p, v.top_k, r.max_response_length_in_one_turn)
-    return SamplingParams(r.temperature, r.top_p, r.top_k, r.max_response_length_in_one_turn)
+        return SamplingParams(temperature, v.top_p, v.top_k, rollout.max_response_length_in_one_turn)
+    return SamplingParams(
+        rollout.temperature, rollout.top_p, rollout.top_k, rollout.max_response_length_in_one_turn
+    )
+
+
+def auxiliary_sampling(spec: AuxiliaryModelConfig) -> SamplingParams:
+    """The sampling of an auxiliary model, from its `auxiliary_models.<name>` entry."""
+    return SamplingParams(spec.temperature, spec.top_p, spec.top_k, spec.max_tokens)

@@ -9,9 +9,17 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from astuner.components import build_engine, build_executor, build_reader, plugin_settings
+from astuner.components import (
+    build_auxiliary_engine,
+    build_engine,
+    build_executor,
+    build_judge,
+    build_reader,
+    plugin_settings,
+)
 from astuner.config import AstunerConfig
 from astuner.core.madness import MadnessCheck
 from astuner.core.tokenizer import ChatTokenizer, load_tokenizer
@@ -27,6 +35,7 @@ from astuner.protocols import (
     TaskReader,
     WorkflowExecutor,
 )
+from astuner.rollout.agents import AgentPlan, agent_plan
 from astuner.rollout.auxiliary import AuxiliaryModel, auxiliary_models
 from astuner.rollout.engine import TokenEngine
 from astuner.rollout.gateway import Gateway
@@ -44,6 +53,7 @@ def runner_settings_from_config(config: AstunerConfig, max_parallel: int | None 
         rollout_timeout=r.rollout_timeout,
         agent_madness_reward=r.agent_madness_reward,
         agent_madness_termination=r.agent_madness_termination,
+        disable_toolcalls=r.disable_toolcalls,
         tracker=TrackerSettings(
             mode=ct.mode,
             max_model_len=r.max_model_len,
@@ -107,9 +117,10 @@ class RolloutParts:
 
     Built once per astuner run, and once per worker process under verl and
     Trinity (`astuner.rollout.episode`): the workflow, the judge, the madness
-    checks, the environment maker and the executor (`rollout.executor`; None
-    for `local`). `runner()` binds them to an engine, its tokenizer, a
-    gateway and the auxiliary models.
+    checks, the environment maker, the executor (`rollout.executor`; None
+    for `local`) and the agent plan (`agents`, with the workflow's trainable
+    targets). `runner()` binds them to an engine, its tokenizer, a gateway
+    and the auxiliary models.
     """
 
     config: AstunerConfig
@@ -117,17 +128,30 @@ class RolloutParts:
     judge: Judge
     madness_checks: Mapping[str, MadnessCheck]
     gym_env_factory: Any
+    agents: AgentPlan
     executor: WorkflowExecutor | None = None
 
     @classmethod
     def build(cls, config: AstunerConfig, plugins: Plugins, reader: TaskReader | None = None) -> RolloutParts:
         """Load the workflow, judge and checks; `reader` is the run's reader if the caller has one."""
         # The workflow loads first: a typo in it should fail before a model loads.
-        workflow = load_workflow(config, plugins)
-        judge = load_judge(config, plugins)
+        workflow = load_workflow(config.rollout.agentscope_workflow, plugins, config.search_paths())
+        judge = load_judge(
+            config.task_judge.judge_protocol,
+            plugins,
+            config.search_paths(),
+            build_registered=partial(build_judge, config, plugins),
+            judge_config=config,
+        )
         checks = build_madness_checks(config, plugins)
         gym_env_factory = environment_factory(config, plugins, reader)
-        return cls(config, workflow, judge, checks, gym_env_factory, build_executor(config, plugins))
+        agents = agent_plan(
+            config.agents,
+            workflow.trainable_targets,
+            trainable_targets=config.rollout.trainable_targets,
+            shared_lora_rank=config.model.lora.rank,
+        )
+        return cls(config, workflow, judge, checks, gym_env_factory, agents, build_executor(config, plugins))
 
     def runner(
         self,
@@ -148,7 +172,8 @@ class RolloutParts:
             madness_checks=self.madness_checks,
             gateway=gateway,
             auxiliary_models=auxiliary,
-            config=self.config,
+            agents=self.agents,
+            workflow_config=self.config,
             gym_env_factory=self.gym_env_factory,
             executor=self.executor,
         )
@@ -201,7 +226,13 @@ async def rollout_stack(
             engine = build_engine(config, plugins)
         async with AsyncExitStack() as stack:
             if auxiliary is None:
-                auxiliary = await stack.enter_async_context(auxiliary_models(config, plugins))
+                auxiliary = await stack.enter_async_context(
+                    auxiliary_models(
+                        config.auxiliary_models,
+                        config.context_tracker,
+                        partial(build_auxiliary_engine, config, plugins),
+                    )
+                )
             gateway = await stack.enter_async_context(Gateway())
             tokenizer = engine_tokenizer(config, engine)
             yield parts.runner(

@@ -16,8 +16,9 @@ string `pkg.mod->Name`.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -29,7 +30,6 @@ from astuner.protocols import DeclaresTrainableTargets, ExecutesTasks, ExecutesT
 from astuner.rollout.model_tuner import ModelTuner
 
 if TYPE_CHECKING:
-    from astuner.config import AstunerConfig
     from astuner.plugins import Plugins
 
 WorkflowFn = Callable[["WorkflowTask", "ModelTuner"], Awaitable[WorkflowOutput]]
@@ -166,14 +166,14 @@ def adapt_workflow(obj: Any, where: str) -> LoadedWorkflow:
     )
 
 
-def load_workflow(config: AstunerConfig, plugins: Plugins) -> LoadedWorkflow:
-    """The workflow `rollout.agentscope_workflow` names, ready to call."""
-    name = config.rollout.agentscope_workflow
+def load_workflow(name: str | None, plugins: Plugins, search_paths: Sequence[Path] = ()) -> LoadedWorkflow:
+    """The workflow `name` names, ready to call: a backbone passes `config.rollout.agentscope_workflow`,
+    and the run's `config.search_paths()`, where an import string is looked for."""
     if not name:
         raise ConfigError(
             "No workflow configured: set rollout.agentscope_workflow to a registered workflow "
             "or an import string such as 'my_package.workflow->MathAgentWorkflow'."
         )
-    reg = plugins.get("workflow", name, search_paths=config.search_paths())
+    reg = plugins.get("workflow", name, search_paths=search_paths)
     obj = reg.factory if reg.plugin.startswith("import:") else reg.build()
     return adapt_workflow(obj, f"'{name}'")

@@ -99,7 +99,7 @@ def translate(config: AstunerConfig) -> dict[str, Any]:
     """Trinity keys (dotted) -> values: the table, astuner's defaults (`settings`), the fixed wiring,
     then the `trinity:` block; a ConfigError for per-agent adapters, since Trinity trains one model."""
     refuse_agent_adapters(
-        config,
+        config.agents,
         "backbone trinity",
         "Trinity's explorer serves one model and its trainer updates it for every agent",
         "backbone torch",

@@ -79,7 +79,7 @@ class AstunerWorkflow(Workflow):
     def sampling(self) -> SamplingParams:
         """The task's rollout arguments where Trinity set them, the astuner config elsewhere."""
         args = self.task.rollout_args
-        return sampling_from_config(self.episodes.config).override(
+        return sampling_from_config(self.episodes.config.rollout).override(
             temperature=None if args.temperature is None else float(args.temperature),
             top_p=None if args.top_p is None else float(args.top_p),
             top_k=int(args.top_k) if args.top_k not in (None, -1) else None,

@@ -95,7 +95,7 @@ class AstunerAgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         started = time.perf_counter()
         task = _task_of(kwargs)
-        sampling = sampling_from_config(self.episodes.config).override(
+        sampling = sampling_from_config(self.episodes.config.rollout).override(
             temperature=_number(sampling_params.get("temperature"), float),
             top_p=_number(sampling_params.get("top_p"), float),
             top_k=_number(sampling_params.get("top_k"), int),

@@ -120,7 +120,7 @@ def translate(config: AstunerConfig) -> dict[str, Any]:
     """verl keys (dotted) -> values: the table, astuner's defaults of verl-only keys, the fixed wiring,
     then the `verl:` block; a ConfigError for per-agent adapters, since verl trains one policy."""
     refuse_agent_adapters(
-        config,
+        config.agents,
         "backbone verl",
         "verl updates one policy that every agent generates with",
         "backbone torch",
