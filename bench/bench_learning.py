@@ -124,7 +124,7 @@ def main() -> None:
     config = load_config(
         bench_config(folder, args.steps, args.lr, args.val_tasks, args.new_tokens), backbone="torch"
     )
-    experiment = ExperimentDir.create(config)
+    experiment = ExperimentDir.create(config.experiment_dir, config.experiment_name, config.to_yaml_dict())
     started = time.perf_counter()
     settings = TorchSettings.model_validate(config.model_extra.get("torch", {}))
     TorchBackbone(settings).run(RunContext(config=config, experiment=experiment, plugins=Plugins()))

@@ -135,7 +135,7 @@ def run_astuner(steps: int, workdir: Path, skip_zero_advantage: bool) -> None:
     conf = workdir / "astuner.yaml"
     conf.write_text(yaml.safe_dump({"astuner": block}), encoding="utf-8")
     config = load_config(conf, backbone="torch")
-    experiment = ExperimentDir.create(config)
+    experiment = ExperimentDir.create(config.experiment_dir, config.experiment_name, config.to_yaml_dict())
     backbone = TorchBackbone(TorchSettings(skip_zero_advantage=skip_zero_advantage))
     backbone.run(RunContext(config=config, experiment=experiment, plugins=Plugins()))
     for line in experiment.metrics_file.read_text().splitlines():

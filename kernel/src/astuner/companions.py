@@ -23,21 +23,23 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from astuner.components import build_companion
 from astuner.errors import AstunerError, PluginError
 from astuner.logs import get_logger
 from astuner.protocols import ServesPage
 
 if TYPE_CHECKING:
-    from astuner.config import AstunerConfig
     from astuner.plugins import Plugins, Registration
+
+CompanionStarter = Callable[["Registration", "str | None"], AbstractContextManager[Any]]
+"""Starts companion `registration` as `--with-NAME value` asks (the launch path's
+`astuner.components.build_companion`, bound to the run and its folder)."""
 
 COMPANION_FLAG = "--with-"
 # The companion behind `astuner run --with-logview`, provided by the plugin astuner-logview.
@@ -301,26 +303,24 @@ def companion_requests(args: Sequence[str], plugins: Plugins) -> dict[str, str |
 
 @contextmanager
 def companions_for_run(
-    config: AstunerConfig, plugins: Plugins, folder: str | Path, requested: Mapping[str, str | None]
+    start: CompanionStarter, plugins: Plugins, requested: Mapping[str, str | None]
 ) -> Iterator[list[Any]]:
-    """The `requested` companions (name -> value), running while the block runs.
+    """The `requested` companions (name -> value) of `plugins`, running while the block runs.
 
-    Each is built by its registered factory as `factory(value, **services)`
-    (`astuner.components.build_companion`: the services it names, such as
-    `run_folder`, this `folder`, or `settings_of`) and entered in order, so
-    one that fails to start stops those already running. Their logs go to
-    `folder` (the experiment folder). In
-    the main thread SIGTERM is turned into SystemExit meanwhile, so a
-    terminated run still stops its companions.
+    Each is started by `start`, which calls its registered factory as
+    `factory(value, **services)` (`astuner.components.build_companion`: the
+    services it names, such as `run_folder`, where its logs go, or
+    `settings_of`), and entered in order, so one that fails to start stops
+    those already running. In the main thread SIGTERM is turned into
+    SystemExit meanwhile, so a terminated run still stops its companions.
     """
-    folder = Path(folder)
     with ExitStack() as stack:
         started: list[Any] = []
         if requested:
             stack.enter_context(_sigterm_exits())
         for name, value in requested.items():
             registration = plugins.get("companion", name)
-            started.append(stack.enter_context(build_companion(config, plugins, registration, value, folder)))
+            started.append(stack.enter_context(start(registration, value)))
         yield started
 
 
@@ -339,10 +339,11 @@ def log_viewer(plugins: Plugins) -> Registration:
 
 @contextmanager
 def serving_page(
-    registration: Registration, value: str | None, config: AstunerConfig, folder: str | Path
+    registration: Registration, value: str | None, start: CompanionStarter
 ) -> Iterator[ServesPage]:
-    """The companion `registration` started as `--with-NAME value` would, for one that serves a page."""
-    with build_companion(config, None, registration, value, Path(folder)) as started:
+    """The companion `registration` started by `start` as `--with-NAME value` would, for one that serves
+    a page."""
+    with start(registration, value) as started:
         if not isinstance(started, ServesPage):
             raise PluginError(
                 f"Companion '{registration.name}' of plugin {registration.plugin} yields a "

@@ -12,6 +12,7 @@ come from plugins (`register_notifiers`); astuner-notify provides `webhook`,
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -23,7 +24,6 @@ from astuner.record import ExperimentDir, read_metrics
 from astuner.run_status import RunStatus
 
 if TYPE_CHECKING:
-    from astuner.config import AstunerConfig
     from astuner.plugins import Plugins
 
 # Longest a notifier may take before the run stops waiting for it.
@@ -82,13 +82,16 @@ class Notifier(Protocol):
 
 
 def summarize(
-    config: AstunerConfig,
+    name: str,
+    backbone: str,
     experiment: ExperimentDir,
     status: RunStatus,
     checkpoint: Path | None = None,
     command: str = "run",
 ) -> RunSummary:
     """The summary of the run in `experiment` that `command` ran, ended with `status` (absolute paths).
+
+    `name` is the run's `experiment_name`, `backbone` the config's `backbone`.
 
     `checkpoint` is the newest the run wrote (for `astuner run`, as its backbone found it:
     `astuner.checkpoint_model.checkpoint_of`).
@@ -98,8 +101,8 @@ def summarize(
     ended = status.ended or _now()
     return RunSummary(
         experiment=str(experiment.path.resolve()),
-        name=config.experiment_name,
-        backbone=config.backbone,
+        name=name,
+        backbone=backbone,
         status=status.state,
         reason=status.reason,
         started=started,
@@ -112,20 +115,24 @@ def summarize(
     )
 
 
-def enabled_notifiers(config: AstunerConfig, plugins: Plugins) -> list[str]:
-    """The notifiers this run tells: those with a `notify.<name>` block, and those the seeds switch on."""
-    return [*config.notify, *switched_on_notifiers(config.notify, plugins)]
+def enabled_notifiers(notify: Mapping[str, Any], plugins: Plugins) -> list[str]:
+    """The notifiers this run tells: those with a block in `notify` (the config's `notify:`), and those
+    the seeds switch on."""
+    return [*notify, *switched_on_notifiers(notify, plugins)]
 
 
-def notify_run_end(config: AstunerConfig, plugins: Plugins, summary: RunSummary) -> None:
-    """Hand `summary` to every enabled notifier, each in its own thread, waiting at most NOTIFIER_WAIT_S."""
-    from astuner.components import build
+def notify_run_end(names: Iterable[str], build: Callable[[str], Notifier], summary: RunSummary) -> None:
+    """Hand `summary` to each notifier of `names` (`enabled_notifiers`), each in its own thread, waiting
+    at most NOTIFIER_WAIT_S.
 
+    `build` makes the notifier of a name (the launch path's `astuner.components.build`, bound to the
+    run); one it cannot make is skipped, as the run's start has already said.
+    """
     log = get_logger()
     threads = []
-    for name in enabled_notifiers(config, plugins):
+    for name in names:
         try:
-            notifier = build(config, plugins, "notifier", name)
+            notifier = build(name)
         except Exception as exc:  # said once when the run started (RunLifecycle.open); never costs its ending
             log.debug("notifier not run", notifier=name, error=str(exc))
             continue

@@ -16,7 +16,6 @@ from typing import Any
 
 import yaml
 
-from astuner.config import AstunerConfig
 from astuner.core.trajectory import Trajectory
 from astuner.errors import AstunerError
 from astuner.finite_json import finite
@@ -51,10 +50,15 @@ class ExperimentDir:
         return self.path / "metrics.jsonl"
 
     @classmethod
-    def create(cls, config: AstunerConfig, now: datetime | None = None) -> ExperimentDir:
-        """Make a fresh run folder and write the resolved config into it."""
+    def create(
+        cls, root: str | Path, name: str, resolved_config: Mapping[str, Any], now: datetime | None = None
+    ) -> ExperimentDir:
+        """Make a fresh run folder `<root>/<name>/<timestamp>/` and write `resolved_config` into it.
+
+        A run passes its config's `experiment_dir`, `experiment_name` and `to_yaml_dict()`.
+        """
         stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
-        base = Path(config.experiment_dir) / config.experiment_name
+        base = Path(root) / name
         path = base / stamp
         suffix = 1
         while path.exists():
@@ -63,7 +67,7 @@ class ExperimentDir:
         path.mkdir(parents=True)
         experiment = cls(path)
         experiment.config_file.write_text(
-            yaml.safe_dump(config.to_yaml_dict(), sort_keys=False), encoding="utf-8"
+            yaml.safe_dump(dict(resolved_config), sort_keys=False), encoding="utf-8"
         )
         return experiment
 

@@ -8,7 +8,9 @@ import os
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -18,11 +20,18 @@ from envservice_helpers import free_port, instance_counts
 
 from astuner.companions import Companion, companion_requests, companions_for_run
 from astuner.components import build_companion
-from astuner.config import load_config
+from astuner.config import AstunerConfig, load_config
 from astuner.errors import AstunerError
-from astuner.plugins import Plugins
+from astuner.plugins import Plugins, Registration
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "env_agent" / "env_agent.yaml"
+
+
+def _start(
+    config: AstunerConfig, plugins: Plugins, folder: Path, registration: Registration, value: str | None
+) -> Any:
+    """Companion `registration` as a run of `config` in `folder` starts it."""
+    return build_companion(config, plugins, registration, value, folder)
 
 
 def alive(pid: int) -> bool:
@@ -54,7 +63,8 @@ def test_config_errors_name_the_key() -> None:
 
 
 def test_a_run_without_companions_starts_nothing(tmp_path: Path, env_plugins: Plugins) -> None:
-    with companions_for_run(load_config(EXAMPLE), env_plugins, tmp_path, {}) as started:
+    start = partial(_start, load_config(EXAMPLE), env_plugins, tmp_path)
+    with companions_for_run(start, env_plugins, {}) as started:
         assert started == []
     assert list(tmp_path.iterdir()) == []
 
@@ -106,7 +116,8 @@ def test_with_env_serves_the_configured_port_and_stops_exactly_its_process(
     config = load_config(EXAMPLE, [f"task_reader.env_service.env_url=http://127.0.0.1:{port}"])
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        with companions_for_run(config, env_plugins, tmp_path, {"env": "guess_number"}) as [companion]:
+        start = partial(_start, config, env_plugins, tmp_path)
+        with companions_for_run(start, env_plugins, {"env": "guess_number"}) as [companion]:
             pid = companion.pid
             assert pid is not None and alive(pid)
             assert instance_counts(f"http://127.0.0.1:{port}")["live"] == 0

@@ -27,7 +27,8 @@ from typing import Any
 from pydantic import Field
 
 from astuner.components import build_reader
-from astuner.config import AstunerConfig, deep_merge, load_config
+from astuner.config import deep_merge, load_config
+from astuner.config_sections import TaskReaderConfig
 from astuner.errors import ConfigError
 from astuner.plugins import Plugins
 from astuner.tuner.settings import TunerSettings
@@ -76,13 +77,14 @@ class DatasetConfig(TunerSettings):
         return rows
 
 
-def check_eval_dataset(config: AstunerConfig, eval_dataset: DatasetConfig) -> None:
-    """`eval_dataset` must name the dataset the training tasks come from (another split of it)."""
-    block = (config.task_reader.model_extra or {}).get(READER) or {}
+def check_eval_dataset(task_reader: TaskReaderConfig, eval_dataset: DatasetConfig) -> None:
+    """`eval_dataset` must name the dataset the training tasks come from (another split of it): those of
+    `task_reader`, the config's block of that name."""
+    block = (task_reader.model_extra or {}).get(READER) or {}
     training = (block.get("dataset_path"), block.get("dataset_name"))
-    if config.task_reader.type == READER and training == (eval_dataset.path, eval_dataset.name):
+    if task_reader.type == READER and training == (eval_dataset.path, eval_dataset.name):
         return
-    source = _named(*training) if config.task_reader.type == READER else f"reader '{config.task_reader.type}'"
+    source = _named(*training) if task_reader.type == READER else f"reader '{task_reader.type}'"
     raise ConfigError(
         f"eval_dataset reads {_named(eval_dataset.path, eval_dataset.name)}, but the training tasks come "
         f"from {source}. astuner reads training and evaluation tasks from two splits of one dataset: give "

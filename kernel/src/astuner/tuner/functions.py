@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from astuner.config import AstunerConfig
 from astuner.errors import ConfigError
 from astuner.hookspecs import Register, hookimpl
 from astuner.rollout.judging import AdaptedJudge
@@ -68,16 +67,17 @@ class TuneFunctions:
             values["task_judge"] = {"judge_protocol": self.judge_name}
         return values
 
-    def check(self, config: AstunerConfig) -> None:
-        """Objects of this process cannot run where the config sends workflows elsewhere."""
-        if config.backbone in WORKER_BACKBONES:
+    def check(self, backbone: str, executor: str) -> None:
+        """Objects of this process cannot run where the config sends workflows elsewhere: `backbone` and
+        `executor` are the config's `backbone` and `rollout.executor`."""
+        if backbone in WORKER_BACKBONES:
             raise ConfigError(
-                f"backbone '{config.backbone}' runs each workflow in its engine's worker processes, which "
+                f"backbone '{backbone}' runs each workflow in its engine's worker processes, which "
                 f"load it from the run's config.yaml by import string; the workflow given to tune() "
                 f"({self.workflow_name}) lives in this process only. Use backbone 'torch' or 'debug', or "
                 "name the workflow and judge by import string in a YAML config and run `astuner run`."
             )
-        if config.rollout.executor == "ray":
+        if executor == "ray":
             raise ConfigError(
                 "rollout.executor is 'ray', which runs each workflow in a Ray worker that loads it by "
                 f"import string; the workflow given to tune() ({self.workflow_name}) lives in this process "

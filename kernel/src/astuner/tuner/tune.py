@@ -159,8 +159,8 @@ def tune_config(
         arguments = deep_merge(arguments, {"trainer_common": {"logger": _logger(monitor_type)}})
     config = load_config(config_path, overrides, defaults=defaults, arguments=arguments)
     if evaluation is not None:
-        check_eval_dataset(config, evaluation)
-    functions.check(config)
+        check_eval_dataset(config.task_reader, evaluation)
+    functions.check(config.backbone, config.rollout.executor)
     return config
 
 
