@@ -176,6 +176,7 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
         """Run (and train) with a config: rollouts, judging, updates."""
         from astuner.breakpoints import enable_tags
         from astuner.companions import companion_requests, log_viewer, serving_page
+        from astuner.components import build_companion
         from astuner.launch import prepare_run
 
         companions = companion_requests(ctx.args, plugins)
@@ -190,8 +191,16 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
         with ExitStack() as stack:
             viewer = None
             if viewer_companion is not None:
-                page = serving_page(viewer_companion, str(logview_port), config, prepared.experiment.path)
-                viewer = stack.enter_context(page)
+                page = serving_page(
+                    viewer_companion,
+                    str(logview_port),
+                    lambda reg, value: build_companion(config, None, reg, value, prepared.experiment.path),
+                )
+                try:
+                    viewer = stack.enter_context(page)
+                except BaseException as exc:
+                    prepared.lifecycle.abandon(exc)
+                    raise
                 typer.echo(f"log viewer: {viewer.url}")
             prepared.execute(with_ray=with_ray)
             if viewer is not None and keep_logview:

@@ -25,17 +25,21 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
-from astuner.companions import companions_for_run
 from astuner.compat import switched_on_notifiers
-from astuner.components import build
-from astuner.config import AstunerConfig
 from astuner.errors import AstunerError
 from astuner.logs import close_log_file, configure_logging, get_logger
-from astuner.notify import RunSummary, notify_run_end, summarize
-from astuner.plugins import MOVED_OUT, Plugins, install_hint
-from astuner.record import ExperimentDir
+from astuner.plugins import MOVED_OUT, Plugins, Registration, install_hint
 from astuner.run_status import end_run, mark_running
+
+if TYPE_CHECKING:
+    from astuner.config import AstunerConfig
+    from astuner.notify import Notifier, RunSummary
+    from astuner.record import ExperimentDir
+
+# What a run builds (components, companions, notifiers, its folder) is imported when a run opens,
+# so that handing `Runs` to the plugins' commands while `astuner --help` lists them stays cheap.
 
 
 class RunLifecycle:
@@ -83,12 +87,17 @@ class RunLifecycle:
         any folder exists; one that only the seeds' environment switches on
         is a warning in the run's log, and the run goes on without it.
         """
+        from astuner.components import build
+        from astuner.record import ExperimentDir
+
         for name in config.notify:
             build(config, plugins, "notifier", name)
-        experiment = ExperimentDir.create(config)
+        experiment = ExperimentDir.create(
+            config.experiment_dir, config.experiment_name, config.to_yaml_dict()
+        )
         mark_running(experiment.path, command)
         configure_logging(verbose=verbose, log_file=experiment.log_file)
-        _warn_of_unbuildable_notifiers(config, plugins)
+        _warn_of_unbuildable_notifiers(config, plugins, experiment.path)
         return cls(config, plugins, command, experiment, companions or {})
 
     def __enter__(self) -> RunLifecycle:
@@ -103,12 +112,15 @@ class RunLifecycle:
 
     @contextmanager
     def _live(self) -> Iterator[RunLifecycle]:
+        from astuner.companions import companions_for_run
+        from astuner.notify import enabled_notifiers, notify_run_end, summarize
+
         log = get_logger(command=self.command, backbone=self.config.backbone)
         path = str(self.experiment.path)
         log.info(f"{self.command} started", experiment=path, config=str(self.config.source or "-"))
         ending: BaseException | None = None
         try:
-            with companions_for_run(self.config, self.plugins, self.experiment.path, self.companions):
+            with companions_for_run(self._start_companion, self.plugins, self.companions):
                 yield self
         except BaseException as exc:
             ending = exc
@@ -116,12 +128,42 @@ class RunLifecycle:
         finally:
             try:
                 ended = end_run(self.experiment.path, ending)
-                summary = summarize(self.config, self.experiment, ended, self.checkpoint, self.command)
+                name, backbone = self.config.experiment_name, self.config.backbone
+                summary = summarize(name, backbone, self.experiment, ended, self.checkpoint, self.command)
                 log.info(f"{self.command} {ended.state}", experiment=path, reason=ended.reason or None)
-                notify_run_end(self.config, self.plugins, summary)
+                notify_run_end(
+                    enabled_notifiers(self.config.notify, self.plugins), self._build_notifier, summary
+                )
             finally:
                 close_log_file()
             _say("\n".join(self.closing_lines(summary, self.plugins.command_names(Runs(self.plugins)))))
+
+    def _start_companion(self, registration: Registration, value: str | None) -> AbstractContextManager[Any]:
+        """Companion `registration` as `--with-NAME value` asks, with this run's services and folder."""
+        from astuner.components import build_companion
+
+        return build_companion(self.config, self.plugins, registration, value, self.experiment.path)
+
+    def _build_notifier(self, name: str) -> Notifier:
+        """Notifier `name` with its `notify.<name>` settings block."""
+        from astuner.components import build
+
+        return build(self.config, self.plugins, "notifier", name, run_folder=self.experiment.path)
+
+    def abandon(self, exc: BaseException) -> None:
+        """End a run whose work will not start (what it needed beside it, a log viewer, failed to).
+
+        Its `status.json` says why it failed and its log file is closed, so the
+        process's later lines (the next run, a notebook's next cell) do not land
+        in this folder. Nothing ran: no companion is stopped, no notifier told.
+        """
+        try:
+            ended = end_run(self.experiment.path, exc)
+            get_logger(command=self.command).info(
+                f"{self.command} {ended.state}", experiment=str(self.experiment.path), reason=ended.reason
+            )
+        finally:
+            close_log_file()
 
     def closing_lines(self, summary: RunSummary, commands: Collection[str]) -> list[str]:
         """What the run produced and what to do next, as the run's last printed lines.
@@ -183,8 +225,10 @@ class Runs:
         )
 
 
-def _warn_of_unbuildable_notifiers(config: AstunerConfig, plugins: Plugins) -> None:
+def _warn_of_unbuildable_notifiers(config: AstunerConfig, plugins: Plugins, run_folder: Path) -> None:
     """Say which notifier the seeds' environment switches on cannot run; the run goes on without it."""
+    from astuner.components import build
+
     for name, variable in switched_on_notifiers(config.notify, plugins).items():
         if name not in plugins.registry("notifier"):
             get_logger().warning(
@@ -193,7 +237,7 @@ def _warn_of_unbuildable_notifiers(config: AstunerConfig, plugins: Plugins) -> N
             )
             continue
         try:
-            build(config, plugins, "notifier", name)
+            build(config, plugins, "notifier", name, run_folder=run_folder)
         except AstunerError as exc:
             get_logger().warning(str(exc))
 
