@@ -4,7 +4,7 @@ A fresh `python -m astuner` runs under a probe that reports the modules
 loaded at exit. `--version` (with typer's app forbidden: `make_app` raises)
 loads neither the plugin manager, any plugin, the config models nor
 logging; `--help` with the kernel's own plugins loads no config machinery,
-rollout stack or web server: those load when a command runs. What is
+rollout stack, web server or HTTP client: those load when a command runs. What is
 checked is what got imported, not how long it took, so the tests hold on a
 loaded machine.
 """
@@ -59,6 +59,7 @@ NOT_LOADED_BY_HELP = (
     "astuner.rollout.runner",
     "fastapi",
     "uvicorn",
+    "httpx",
     "yaml",
 )
 

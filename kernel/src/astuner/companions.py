@@ -28,8 +28,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from astuner.errors import AstunerError, PluginError
 from astuner.logs import get_logger
 from astuner.protocols import ServesPage
@@ -257,6 +255,8 @@ def _group_alive(leader: subprocess.Popen[bytes]) -> bool:
 
 
 def _healthy(url: str) -> bool:
+    import httpx  # only when a companion starts: `astuner --help` imports this module for its flags
+
     try:
         return httpx.get(url, timeout=1.0).status_code == 200
     except httpx.HTTPError:
