@@ -38,13 +38,13 @@ from astuner.plugins import NotReady
 from astuner.protocols import ClosesAsync, HasTokenizerPath, Judge, Split, TaskReader
 from astuner.rollout.engine import ChatEngine, ChatReply, Generation, SamplingParams, TokenEngine
 from astuner.rollout.engine_model import EngineModel
-from astuner.rollout.model_tuner import ModelTuner
-from astuner.rollout.workflow import Workflow
 
 if TYPE_CHECKING:
     from astuner.companions import Companion, free_port, stop_with_parent
     from astuner.components import Engines, SettingsOf
     from astuner.lifecycle import Runs
+    from astuner.rollout.model_tuner import ModelTuner
+    from astuner.rollout.workflow import Workflow
     from astuner.run_records import RunRecords
     from astuner.serving import ThreadedServer
 
@@ -57,6 +57,8 @@ _LAZY: dict[str, str] = {
     "Engines": "astuner.components",
     "SettingsOf": "astuner.components",
     "Runs": "astuner.lifecycle",
+    "ModelTuner": "astuner.rollout.model_tuner",
+    "Workflow": "astuner.rollout.workflow",
     "RunRecords": "astuner.run_records",
     "ThreadedServer": "astuner.serving",
 }

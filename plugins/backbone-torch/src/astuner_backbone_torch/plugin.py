@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from astuner.api import Register, hookimpl
-from astuner_backbone_torch.engine import TransformersEngineSettings
-from astuner_backbone_torch.settings import TorchSettings
+from astuner_backbone_torch.settings import TorchSettings, TransformersEngineSettings
 
 if TYPE_CHECKING:
     from astuner.api import EngineModel, Runs

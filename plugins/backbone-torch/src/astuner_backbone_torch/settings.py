@@ -82,3 +82,35 @@ class TorchSettings(BaseModel):
     val_max_tasks: int | None = Field(
         None, ge=1, description="Validate on the first N validation tasks only (default: all)."
     )
+
+
+class TransformersEngineSettings(BaseModel):
+    """`rollout.engines.transformers`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="auto: bfloat16 on GPU, float32 on CPU."
+    )
+    device: str = Field("auto", description="auto: cuda if available, else cpu.")
+    max_batch_size: int = Field(64, ge=1, description="Most requests in one generate call.")
+    batch_wait_ms: float = Field(
+        5.0, ge=0, description="How long to wait for more requests before starting a batch."
+    )
+    num_threads: int | None = Field(
+        None,
+        ge=1,
+        description="torch CPU threads; default torch's: OMP_NUM_THREADS where set, else one per core.",
+    )
+    continuous_batching: bool = Field(
+        True,
+        description="Let requests join a batch that is decoding (answered as each finishes). Off: a batch "
+        "runs to its end before the next starts, so batches, and so samples, do not depend on timing "
+        "(bit-for-bit repeatable runs).",
+    )
+    prefix_cache_tokens: int = Field(
+        16384,
+        ge=0,
+        description="Tokens of keys and values kept for prompts that continue earlier calls "
+        "(next turns, repeated prompts); 0 turns the reuse off.",
+    )
