@@ -54,8 +54,11 @@ from pathlib import Path
 from typing import Any
 
 # The only places allowed to see the whole config (issue 32): the config's own modules, the
-# compatibility shims that read old keys, and the launch path that turns a config into a run. Paths
-# relative to kernel/src/astuner.
+# compatibility shims that read old keys, and the launch path that turns a config into a run: the CLI,
+# tune(), the run lifecycle, components.py (where each plugin's block is picked out of the config and
+# its part built) and rollout/stack.py (where a backbone's config becomes the rollout stack). The
+# episode source is where the verl and Trinity backbones' worker processes start, from the config
+# they were handed. Paths relative to kernel/src/astuner.
 EXEMPT_KERNEL = (
     "config.py",
     "config_*.py",
@@ -64,6 +67,9 @@ EXEMPT_KERNEL = (
     "cli.py",
     "lifecycle.py",
     "tuner/tune.py",
+    "components.py",
+    "rollout/stack.py",
+    "rollout/episode.py",
 )
 # A backbone's entry is where the whole config is translated into the backbone's own settings: these
 # modules of `backbone-*` plugins may see it.
