@@ -347,8 +347,8 @@ def serving_page(
         if not isinstance(started, ServesPage):
             raise PluginError(
                 f"Companion '{registration.name}' of plugin {registration.plugin} yields a "
-                f"'{type(started).__name__}', which serves no page (astuner.api.ServesPage: `url` and "
-                "`wait()`). Update that plugin."
+                f"'{type(started).__name__}', which serves no page (a page companion yields an object with "
+                "`url` and `wait()`). Update that plugin."
             )
         yield started
 

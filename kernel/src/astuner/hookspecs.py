@@ -224,8 +224,8 @@ def register_companions(register: Register) -> None:
 
     The name `logview` is the log viewer's (plugin astuner-logview):
     `astuner run --with-logview` starts it with the `--logview-port` value
-    as a string, and its context manager must yield an `astuner.api.ServesPage`
-    (`url`, and `wait()` for `--keep-logview`).
+    as a string, and its context manager must yield an object with `url`,
+    and `wait()` for `--keep-logview` (the kernel's `ServesPage` protocol).
     """
 
 
