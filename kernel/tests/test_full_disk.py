@@ -26,7 +26,8 @@ CHILD = textwrap.dedent(
     from pydantic import BaseModel
 
     from astuner import hookimpl
-    from astuner.api import Trajectory, append_trajectories
+    from astuner.api import Trajectory
+    from astuner.training import append_trajectories
     from astuner.cli import make_app
     from astuner.logs import configure_logging, get_logger
     from astuner.plugins import Plugins
@@ -93,7 +94,7 @@ TRACKED = FILL + textwrap.dedent(
 
     raised = None
     try:
-        with tracking(disk):  # as `astuner eval` and `astuner sft` track their runs
+        with tracking(disk):
             fill()
             raise RuntimeError("the judge fell over")
     except Exception as exc:
