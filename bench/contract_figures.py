@@ -246,7 +246,7 @@ import yaml
 out, workdir, workflows, *roots = sys.argv[1:]
 sys.path.insert(0, workflows)
 from astuner.testing.models import save_tiny_qwen2
-from astuner.api import AstunerConfig
+from astuner.config import AstunerConfig
 import astuner_backbone_torch.backbone as torch_backbone
 
 model = save_tiny_qwen2(Path(workdir) / "model")
