@@ -88,17 +88,18 @@ def fill():
         pass  # the disk is now full to the last byte
 """
 
-TRACKED = FILL + textwrap.dedent(
+FAILED = FILL + textwrap.dedent(
     """
-    from astuner.run_status import read_status, tracking
+    from astuner.run_status import end_run, mark_running, read_status
 
     raised = None
+    mark_running(disk)
     try:
-        with tracking(disk):
-            fill()
-            raise RuntimeError("the judge fell over")
+        fill()
+        raise RuntimeError("the judge fell over")
     except Exception as exc:
         raised = f"{type(exc).__name__}: {exc}"
+        end_run(disk, exc)  # as RunLifecycle ends a run that raised
     print("REPORT " + json.dumps([raised, str(read_status(disk)), sorted(p.name for p in disk.iterdir())]))
     """
 )
@@ -163,7 +164,7 @@ def test_a_full_disk_names_the_records_file_and_ends_the_status(tmp_path: Path) 
 
 
 def test_the_end_of_a_run_is_written_over_its_status_when_the_disk_has_no_room_left(tmp_path: Path) -> None:
-    report, _ = _on_small_disk(tmp_path, TRACKED)
+    report, _ = _on_small_disk(tmp_path, FAILED)
     status = "failed: RuntimeError: the judge fell over"
     assert report == ["RuntimeError: the judge fell over", status, ["filler", "status.json"]]
 

@@ -22,7 +22,7 @@ from astuner.errors import AstunerError
 from astuner.logs import get_logger
 from astuner.plugins import Plugins
 from astuner.record import append_rows
-from astuner.run_status import mark_running, read_status
+from astuner.run_status import end_run, mark_running, read_status
 from astuner.testing.backbones import EndingBackbone, EndSettings, only_run, run_ending
 
 
@@ -193,14 +193,13 @@ def test_version_and_help_without_type_placeholders(app) -> None:
         assert "Usage:" in shown and "<bool>" not in shown, command
 
 
-def test_tracking_marks_how_a_block_ended(tmp_path: Path) -> None:
-    from astuner.run_status import tracking
-
-    with tracking(tmp_path):
-        assert read_status(tmp_path).state == "running"
+def test_end_run_marks_how_a_run_ended(tmp_path: Path) -> None:
+    mark_running(tmp_path)
+    assert read_status(tmp_path).state == "running"
+    end_run(tmp_path, None)
     assert read_status(tmp_path).state == "finished"
-    with pytest.raises(ValueError), tracking(tmp_path):
-        raise ValueError("bad split\nmore")
+    mark_running(tmp_path)
+    end_run(tmp_path, ValueError("bad split\nmore"))
     assert str(read_status(tmp_path)) == "failed: ValueError: bad split"
 
 

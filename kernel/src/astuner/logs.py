@@ -69,18 +69,6 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         pass
 
 
-def log_to_file(log_file: Path) -> None:
-    """Send the log's JSON lines to `log_file` (instead of any earlier file), terminal unchanged.
-
-    For commands whose folder is made after the CLI configured logging
-    (`astuner eval`): they keep the `--verbose` choice already made.
-    """
-    if not _configured:
-        configure_logging()
-    close_log_file()
-    logging.getLogger(LOGGER_NAME).addHandler(_json_file_handler(log_file))
-
-
 def close_log_file() -> None:
     """Stop writing JSON lines to a file; the terminal keeps its lines.
 

@@ -16,8 +16,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -112,18 +111,6 @@ def outcome(exc: BaseException | None) -> tuple[State, str]:
         return "killed", f"stopped (exit {exc.code})" if exc.code else "stopped"
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return "failed", (first if isinstance(exc, AstunerError) else f"{type(exc).__name__}: {first}")[:300]
-
-
-@contextmanager
-def tracking(folder: Path) -> Iterator[None]:
-    """`running` in `folder` while the block runs, then how it ended (`outcome`)."""
-    mark_running(folder)
-    try:
-        yield
-    except BaseException as exc:
-        end_run(folder, exc)
-        raise
-    end_run(folder, None)
 
 
 def read_status(folder: Path) -> RunStatus:

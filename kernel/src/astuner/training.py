@@ -49,7 +49,7 @@ from astuner.core.one_temperature import other_temperature_warning, untrain_othe
 from astuner.core.tokenizer import BUILTIN_PREFIX, SMOLLM2, gguf_to_hf_tokenizer, smollm2_gguf_path
 from astuner.core.trajectory import Sample
 from astuner.errors import PluginError
-from astuner.logs import close_log_file, configure_logging, log_to_file
+from astuner.logs import close_log_file, configure_logging
 from astuner.plugins import Plugins
 from astuner.protocols import (
     Backbone,
@@ -70,7 +70,6 @@ from astuner.rollout.auxiliary import auxiliary_rollout_id
 from astuner.rollout.engine import FinishReason
 from astuner.rollout.sampling import sampling_from_config
 from astuner.rollout.workflow import load_workflow
-from astuner.run_status import tracking
 from astuner.translation import Source, apply_rules, engine_settings, flatten, lookup, nest
 
 if TYPE_CHECKING:
@@ -197,9 +196,7 @@ __all__ = [  # noqa: RUF022
     "read_trajectories",
     "strict_json",
     "checkpoint_of",
-    "tracking",
     "configure_logging",
-    "log_to_file",
     "close_log_file",
     "build_once",
     "cache_dir",
