@@ -48,7 +48,7 @@ about the plugin (each is refused on a kind it means nothing for):
 
 A factory never receives the whole run config. Besides its settings block it
 is given, by keyword, each of these named services whose name its signature
-declares (types in `astuner.api`):
+declares (types in `astuner.api`, `WorkflowSource` in `astuner.training`):
 
 - `engines` (`Engines`): `engines.build(name, settings, model, key=...)`
   builds any installed engine from that engine's raw settings block (checked
@@ -74,7 +74,9 @@ declares (types in `astuner.api`):
             self.engine = engines.build(settings.engine, settings.engine_settings, model)
 
 What each factory must return is described per hook below and typed in
-`astuner.api`, the one kernel module a plugin imports.
+`astuner.api`, the kernel module an extension plugin imports (readers,
+workflows, judges, engines, notifiers, companions), or in `astuner.training`,
+which backbones, executors and commands that run rollouts import as well.
 """
 
 from __future__ import annotations
