@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from astuner.testing.cli import run_astuner
+from astuner.testing.packages import plugin_package
 from astuner.testing.records import rollout_rows
 from astuner.testing.tokenizers import qwen25_tokenizer
 
@@ -94,32 +95,6 @@ async def workflow(task, model):
 PHRASE = "Forty-two apples, surely."
 
 
-def _package(root: Path, dist: str, module: str, source: str) -> Path:
-    folder = root / dist
-    (folder / module).mkdir(parents=True)
-    (folder / module / "__init__.py").write_text(textwrap.dedent(source))
-    (folder / "pyproject.toml").write_text(
-        textwrap.dedent(
-            f"""
-            [build-system]
-            requires = ["hatchling"]
-            build-backend = "hatchling.build"
-
-            [project]
-            name = "{dist}"
-            version = "0.1.0"
-
-            [project.entry-points.astuner]
-            {module} = "{module}"
-
-            [tool.hatch.build.targets.wheel]
-            packages = ["{module}"]
-            """
-        )
-    )
-    return folder
-
-
 def _kernel_imports(source: str) -> set[str]:
     """The astuner modules a package's source imports."""
     tree = ast.parse(textwrap.dedent(source))
@@ -140,8 +115,8 @@ def _kernel_imports(source: str) -> set[str]:
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Both packages, built and installed into a folder of their own."""
     root = tmp_path_factory.mktemp("third_party")
-    engine = _package(root, "parrot-engine", "parrot_engine", ENGINE)
-    judge = _package(root, "keyword-judge", "keyword_judge", JUDGE)
+    engine = plugin_package(root, "parrot-engine", "parrot_engine", ENGINE)
+    judge = plugin_package(root, "keyword-judge", "keyword_judge", JUDGE)
     target = root / "site"
     subprocess.run(
         [

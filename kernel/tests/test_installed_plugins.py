@@ -9,13 +9,13 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from astuner.default_plugins import DEFAULT_PLUGINS
+from astuner.testing.packages import plugin_package
 
 pytestmark = pytest.mark.slow
 
@@ -59,32 +59,6 @@ def register_commands(cli):
 '''
 
 
-def _package(root: Path, dist: str, module: str, version: str, source: str) -> Path:
-    folder = root / dist
-    (folder / module).mkdir(parents=True)
-    (folder / module / "__init__.py").write_text(textwrap.dedent(source))
-    (folder / "pyproject.toml").write_text(
-        textwrap.dedent(
-            f"""
-            [build-system]
-            requires = ["hatchling"]
-            build-backend = "hatchling.build"
-
-            [project]
-            name = "{dist}"
-            version = "{version}"
-
-            [project.entry-points.astuner]
-            {module.removesuffix("_plugin")} = "{module}"
-
-            [tool.hatch.build.targets.wheel]
-            packages = ["{module}"]
-            """
-        )
-    )
-    return folder
-
-
 def _pip(*args: str) -> None:
     subprocess.run([sys.executable, "-m", "pip", "-q", *args], check=True, capture_output=True)
 
@@ -92,9 +66,16 @@ def _pip(*args: str) -> None:
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     root = tmp_path_factory.mktemp("plugins")
-    good = _package(root, "astuner-demo-plugin", "demo_plugin", "1.2.3", GOOD_PLUGIN)
-    broken = _package(
-        root, "astuner-broken-plugin", "broken_plugin", "0.0.1", "raise RuntimeError('broken on purpose')\n"
+    good = plugin_package(
+        root, "astuner-demo-plugin", "demo_plugin", GOOD_PLUGIN, version="1.2.3", entry="demo"
+    )
+    broken = plugin_package(
+        root,
+        "astuner-broken-plugin",
+        "broken_plugin",
+        "raise RuntimeError('broken on purpose')\n",
+        version="0.0.1",
+        entry="broken",
     )
     _pip("install", "--no-deps", "--no-build-isolation", "-e", str(good), "-e", str(broken))
     try:
