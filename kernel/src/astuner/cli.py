@@ -194,7 +194,7 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
                 page = serving_page(
                     viewer_companion,
                     str(logview_port),
-                    lambda reg, value: build_companion(config, None, reg, value, prepared.experiment.path),
+                    lambda reg, value: build_companion(config, plugins, reg, value, prepared.experiment.path),
                 )
                 try:
                     viewer = stack.enter_context(page)

@@ -241,20 +241,16 @@ def judge_engine_model(config: AstunerConfig) -> EngineModel | None:
 
 
 def _services(
-    config: AstunerConfig, plugins: Plugins | None, run_folder: Path | None
+    config: AstunerConfig, plugins: Plugins, run_folder: Path | None
 ) -> dict[str, Callable[[], Any]]:
     """The named services a factory may declare, each made only when one does."""
     paths = config.search_paths()
-
-    def installed() -> Plugins:
-        return plugins if plugins is not None else Plugins()
-
     return {
-        "engines": lambda: Engines(installed(), paths),
+        "engines": lambda: Engines(plugins, paths),
         "judge_model": lambda: judge_engine_model(config),
         "run_folder": lambda: run_folder,
         "settings_of": lambda: (
-            lambda kind, name: plugin_settings(config, installed().get(kind, name, search_paths=paths))
+            lambda kind, name: plugin_settings(config, plugins.get(kind, name, search_paths=paths))
         ),
         "workflow_source": lambda: WorkflowSource(
             name=config.rollout.agentscope_workflow or "",
@@ -279,13 +275,9 @@ def build(
 
 
 def build_companion(
-    config: AstunerConfig, plugins: Plugins | None, reg: Registration, value: str | None, run_folder: Path
+    config: AstunerConfig, plugins: Plugins, reg: Registration, value: str | None, run_folder: Path
 ) -> Any:
-    """Companion `reg` as `--with-NAME value` asks: `factory(value, **the services it names)`.
-
-    `plugins` may be None where the caller holds only the registration;
-    `engines` and `settings_of` then use the installed plugins.
-    """
+    """Companion `reg` as `--with-NAME value` asks: `factory(value, **the services it names)`."""
     return _call(reg, None, _services(config, plugins, run_folder), value)
 
 
