@@ -49,7 +49,6 @@ from astuner.core.one_temperature import other_temperature_warning, untrain_othe
 from astuner.core.tokenizer import BUILTIN_PREFIX, SMOLLM2, gguf_to_hf_tokenizer, smollm2_gguf_path
 from astuner.core.trajectory import Sample
 from astuner.errors import PluginError
-from astuner.logs import close_log_file, configure_logging
 from astuner.plugins import Plugins
 from astuner.protocols import (
     Backbone,
@@ -69,12 +68,11 @@ from astuner.rollout.agentscope_model import model_tuner_class
 from astuner.rollout.auxiliary import auxiliary_rollout_id
 from astuner.rollout.engine import FinishReason
 from astuner.rollout.sampling import sampling_from_config
-from astuner.rollout.workflow import load_workflow
 from astuner.translation import Source, apply_rules, engine_settings, flatten, lookup, nest
 
 if TYPE_CHECKING:
-    from astuner.cli import ConfOption, OverrideOption, handle_user_errors, is_verbose
-    from astuner.companions import COMPANION_ARGS, companion_requests, companions_for_run
+    from astuner.cli import ConfOption, OverrideOption, handle_user_errors
+    from astuner.companions import COMPANION_ARGS, companion_requests
     from astuner.core.advantages import (
         canonical_estimator,
         compute_advantages,
@@ -94,10 +92,8 @@ _LAZY: dict[str, str] = {
     "ConfOption": "astuner.cli",
     "OverrideOption": "astuner.cli",
     "handle_user_errors": "astuner.cli",
-    "is_verbose": "astuner.cli",
     "COMPANION_ARGS": "astuner.companions",
     "companion_requests": "astuner.companions",
-    "companions_for_run": "astuner.companions",
     "canonical_estimator": "astuner.core.advantages",
     "estimator_counterparts": "astuner.core.advantages",
     "estimator_names": "astuner.core.advantages",
@@ -155,7 +151,6 @@ __all__ = [  # noqa: RUF022
     "reward_of",
     "Gateway",
     "sampling_from_config",
-    "load_workflow",
     "model_tuner_class",
     "auxiliary_rollout_id",
     "normalize_messages",
@@ -196,18 +191,14 @@ __all__ = [  # noqa: RUF022
     "read_trajectories",
     "strict_json",
     "checkpoint_of",
-    "configure_logging",
-    "close_log_file",
     "build_once",
     "cache_dir",
     # command-line helpers for commands that run rollouts
     "ConfOption",
     "OverrideOption",
     "handle_user_errors",
-    "is_verbose",
     "COMPANION_ARGS",
     "companion_requests",
-    "companions_for_run",
     # Ray and GPUs
     "ray_head_for_run",
     "require_gpus",
