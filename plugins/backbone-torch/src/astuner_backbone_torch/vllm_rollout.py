@@ -102,7 +102,7 @@ class VllmRollout:
         if not isinstance(engine, PolicyServer):
             raise PluginError(
                 f"Engine 'vllm' (plugin {reg.plugin}) built a {type(engine).__name__}, which backbone torch "
-                "cannot keep in step with its policy (astuner.api.FollowsPolicy). Install "
+                "cannot keep in step with its policy (astuner.training.FollowsPolicy). Install "
                 "astuner-engine-vllm, or roll out in this process (rollout.engine: transformers)."
             )
         if engine.attached and not policy.lora and policy.model.config.tie_word_embeddings:

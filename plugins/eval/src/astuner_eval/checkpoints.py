@@ -10,7 +10,7 @@ later evaluations of the same checkpoint reuse that folder. Merging needs
 torch and peft, imported only then. Which folder is a run's newest
 checkpoint is the backbone's to say (`FindsCheckpoints`);
 `latest_checkpoint` asks each backbone that wrote a run of the experiment
-(`astuner.api.checkpoint_of`).
+(`astuner.training.checkpoint_of`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Greedy by default: one run per task at temperature 0. With `n_samples = k`
 each task runs k times at the config's sampling temperature, and pass@k
-(the unbiased estimator, `astuner.api.pass_at_k`) says how often at least one
+(the unbiased estimator, `astuner.training.pass_at_k`) says how often at least one
 of k tries succeeds. The model is the config's `model.path`, or a checkpoint
 folder in its place (`astuner_eval.checkpoints`), served by whatever engine
 the config picks.
