@@ -110,6 +110,26 @@ class Register(Protocol):
         key_homes: Mapping[str, str] | None = None,
         old_names: Iterable[str] = (),
         switched_on_by: Iterable[str] = (),
+        counterparts: Mapping[str, Any] | None = None,
+        defaults: Mapping[str, Any] | None = None,
+        aliases: Iterable[str] = (),
+    ) -> None: ...
+
+
+class RegisterMetric(Protocol):
+    """The callback handed to `register_metrics`."""
+
+    def __call__(
+        self,
+        key: str,
+        *,
+        label: str,
+        description: str = "",
+        unit: str = "",
+        good: str | None = None,
+        health: Any = None,
+        console: bool = False,
+        group: str = "",
     ) -> None: ...
 
 
@@ -228,6 +248,67 @@ def register_companions(register: Register) -> None:
     `astuner run --with-logview` starts it with the `--logview-port` value
     as a string, and its context manager must yield an object with `url`,
     and `wait()` for `--keep-logview` (the kernel's `ServesPage` protocol).
+    """
+
+
+@hookspec
+def register_advantage_estimators(register: Register) -> None:
+    """Register advantage estimators.
+
+    The factory, called with no arguments when a run needs it, returns the
+    estimator: a pure numpy function
+
+        estimator(scores: (B,) float64, group: (B,) int64, eps: float) -> (baseline: (B,), scale: (B,))
+
+    of one score per trajectory (or per agent's share of one) and its task
+    group; trajectory i's advantage is `(score_i - baseline_i) / scale_i`,
+    broadcast to its generated tokens. Chosen by
+    `trainer_common.algorithm.adv_estimator`. `counterparts` names the same
+    algorithm in an engine that computes advantages itself, by backbone
+    (`{"verl": ("grpo", True), "trinity": "multi_step_grpo"}`: what that
+    backbone's translated config sets); a backbone refuses an estimator
+    without its counterpart, naming the key. `aliases` are other names the
+    estimator goes by.
+    """
+
+
+@hookspec
+def register_policy_losses(register: Register) -> None:
+    """Register policy losses.
+
+    The factory, called with no arguments when a run needs it, returns the
+    loss: a pure torch function of per-token tensors
+
+        loss(logprobs, old_logprobs, advantages, mask, settings) -> (per_token_loss, clipped)
+
+    where the four tensors and both results are `(B, T)` (`mask` 1.0 on
+    generated tokens), and `settings` is an `astuner.training.PolicyLossSettings`
+    (`clip_low`, `clip_high`, `options`). The trainer aggregates
+    `per_token_loss` over the step (`trainer_common.loss_agg_mode`) and
+    reports the masked mean of `clipped` (1.0 where clipping took the
+    gradient away) as `actor/clip_frac`. Chosen by
+    `trainer_common.algorithm.policy_loss`. With `settings=` a pydantic model,
+    `trainer_common.algorithm.policy_loss_args` is validated against it and
+    reaches the loss as `settings.options`. `defaults` gives the values of
+    `trainer_common.clip_ratio_low`, `clip_ratio_high` and `loss_agg_mode` the
+    loss wants when the user leaves them unset; `counterparts` and `aliases`
+    as for advantage estimators.
+    """
+
+
+@hookspec
+def register_metrics(register: RegisterMetric) -> None:
+    """Declare step metrics: what each means, once, for every place that shows it.
+
+    `register(key, label=..., description=..., unit="", good=None,
+    health=None, console=False, group="")` per metric. `key` is the metric's
+    name in `metrics.jsonl` with placeholders: `{split}` (train, val, eval)
+    and `{name}` (any one path segment), e.g. `"{split}/reward_mean"`,
+    `"actor/grad_norm"`. `good` is `"up"`, `"down"` or None; `health` an
+    `astuner.training.HealthRule` (a threshold and what crossing it means);
+    `console` puts it on each step's console line. The console line,
+    TensorBoard's chart layout, the log viewer's charts and the health checks
+    all read these declarations.
     """
 
 
