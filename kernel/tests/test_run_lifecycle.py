@@ -265,3 +265,27 @@ def test_a_plugin_command_opens_its_run_through_runs_and_it_ends_as_astuner_run_
     assert read_status(folder).command == "count"
     assert "count failed (nothing left to count) after " in result.stdout
     assert f"  why:         the end of {folder}/astuner.log" in result.stdout
+
+
+class SickBackbone:
+    """Fourteen steps whose task groups carry no learning signal at steps 5, 6, 7 and 12."""
+
+    def run(self, ctx) -> None:
+        rows = [{"step": 0, "val/reward_mean": 0.5}]  # validation before training: not a step
+        for step in range(1, 15):
+            frac = 0.9 if step in (5, 6, 7, 12) else 0.1
+            rows.append({"step": step, "train/reward_mean": 0.5, "train/zero_adv_group_frac": frac})
+        append_rows(ctx.experiment.metrics_file, rows)
+
+
+def test_the_closing_lines_say_on_how_many_steps_each_health_check_fired(
+    plugins: Plugins, write_config, workdir
+) -> None:
+    def register_backbones(register):
+        register("sick", SickBackbone)
+
+    plugins.add(SimpleNamespace(register_backbones=hookimpl(register_backbones)), name="sick")
+    conf = write_config({}, name="sick.yaml")
+    result = CliRunner().invoke(make_app(plugins), ["run", "--conf", str(conf), "--backbone", "sick"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip().splitlines()[-1] == "  health:      zero_advantage_groups on 4 of 14 steps"

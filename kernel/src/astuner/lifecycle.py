@@ -200,7 +200,20 @@ class RunLifecycle:
             lines.append(
                 f"  resume:      astuner {self.command} --conf {conf}{again} -o trainer_common.resume=auto"
             )
+        lines += [f"  health:      {line}" for line in self._health_lines()]
         return [*lines, *self.next_steps]
+
+    def _health_lines(self) -> list[str]:
+        """On how many steps each health check fired, read back from the run's `metrics.jsonl`.
+
+        Read from the file rather than asked of the backbone, so every
+        backbone's runs (and `astuner eval`'s) get them.
+        """
+        from astuner.core.health import health_lines
+        from astuner.metric_catalog import metric_catalog
+        from astuner.record import read_metrics
+
+        return health_lines(read_metrics(self.experiment.metrics_file), metric_catalog(self.plugins))
 
 
 class Runs:

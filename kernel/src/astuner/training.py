@@ -42,13 +42,14 @@ from astuner.core.demonstrations import (
     read_demonstrations,
     read_json_lines,
 )
-from astuner.core.health import HealthMonitor
+from astuner.core.health import HealthMonitor, console_fields
 from astuner.core.merge import MergeReport, merge_trajectory
 from astuner.core.metrics import pass_at_k, rollout_metrics, scalar_reward, succeeded
 from astuner.core.one_temperature import other_temperature_warning, untrain_other_temperatures
 from astuner.core.tokenizer import BUILTIN_PREFIX, SMOLLM2, gguf_to_hf_tokenizer, smollm2_gguf_path
 from astuner.core.trajectory import Sample
 from astuner.errors import PluginError
+from astuner.metric_catalog import HealthRule, Metric, MetricCatalog, metric_catalog
 from astuner.plugins import Plugins
 from astuner.protocols import (
     Backbone,
@@ -174,6 +175,12 @@ __all__ = [  # noqa: RUF022
     "scalar_reward",
     "succeeded",
     "HealthMonitor",
+    # the metrics' declarations (`register_metrics`): labels, units, console line, health rules
+    "Metric",
+    "HealthRule",
+    "MetricCatalog",
+    "metric_catalog",
+    "console_fields",
     # the built-in model and tokenizer files
     "BUILTIN_PREFIX",
     "SMOLLM2",

@@ -1,142 +1,144 @@
-"""Runs that look fine but are not: thresholds on step metrics, each with what it means.
+"""Runs that look fine but are not: the metrics' health rules, checked every step.
 
 A run can show a smooth loss while the model never calls a tool, every
 group has the same reward (no learning signal), replies are cut by the
 length budget, or the trainer scores tokens differently from the engine
-that sampled them. `health_warnings(metrics)` reads a step's metrics (as
-`rollout_metrics` and the trainers write them, under any prefix) and
-returns one sentence per threshold crossed; `HealthMonitor` logs each kind
-once per run, so a warning is noticed and not repeated every step, and
-`run_health` lists them for a finished run (the log viewer's Metrics tab).
+that sampled them. Each such threshold is a `HealthRule` on a declared
+metric (`astuner.metric_catalog`; the built-in ones in
+`astuner.default_plugins.metrics`). `health_warnings(metrics, catalog)`
+reads one step's metrics and returns one sentence per rule crossed.
+
+A warning keeps telling for as long as it holds: `HealthMonitor` logs the
+sentence the first time a check fires and then returns the checks crossed
+at every step, so the step's console line is marked (`console_fields`);
+`run_health` counts, for a finished run's `metrics.jsonl`, on how many steps
+each check fired (the run's closing lines, the log viewer's Metrics tab).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from astuner.logs import get_logger
+from astuner.metric_catalog import MetricCatalog, builtin_catalog
+
+# The metrics a training step's health is read from: the rollouts it trained on and the update.
+TRAINING = ("train", "actor")
 
 
-@dataclass(frozen=True)
-class HealthCheck:
-    """`name` fires when `crossed(metrics under one prefix)` is true; `meaning` is formatted with them."""
-
-    name: str
-    crossed: Callable[[Mapping[str, float]], bool]
-    meaning: str
-
-
-def _get(m: Mapping[str, float], key: str) -> float:
-    return float(m.get(key, 0.0))
-
-
-HEALTH_CHECKS: tuple[HealthCheck, ...] = (
-    HealthCheck(
-        "no_tool_calls",
-        lambda m: _get(m, "tools_offered_rate") > 0 and "tool_call_rate" in m and m["tool_call_rate"] == 0,
-        "the agent offered tools in {tools_offered_rate:.0%} of the model calls, but the model called "
-        "none. Check that the tools reach the model (the 'tool format' line at the start of the run; "
-        "model.tool_format) and consider a model.tool_demonstration for a small model.",
-    ),
-    HealthCheck(
-        "tool_parse_failures",
-        lambda m: (
-            _get(m, "tool_parse_failures") > 0
-            and _get(m, "tool_parse_failures") >= _get(m, "tool_calls_parsed")
-        ),
-        "{tool_parse_failures:.0f} replies tried to call a tool but could not be parsed, as many as or "
-        "more than the calls that parsed: the model writes the call format wrongly (see "
-        "tool_parse_error in the records), or context_tracker.tool_parser does not match the model.",
-    ),
-    HealthCheck(
-        "zero_advantage_groups",
-        lambda m: _get(m, "zero_adv_group_frac") >= 0.8,
-        "{zero_adv_group_frac:.0%} of the task groups gave every rollout the same reward, so they carry "
-        "no learning signal: the tasks are too hard or too easy for the model, or the judge only "
-        "gives a few distinct rewards. Raise rollout.num_repeat or change the task mix.",
-    ),
-    HealthCheck(
-        "truncation",
-        lambda m: _get(m, "truncation_rate") >= 0.2,
-        "{truncation_rate:.0%} of the replies were cut by rollout.max_response_length_in_one_turn; cut "
-        "replies rarely get a reward. Raise the budget or ask for shorter answers.",
-    ),
-    HealthCheck(
-        "prefix_breaks",
-        lambda m: _get(m, "prefix_breaks") > 0 and _get(m, "samples_per_episode") > 2,
-        "{prefix_breaks:.0f} model calls did not extend the conversation before them (an edited "
-        "history), so episodes became {samples_per_episode:.1f} samples each and shared prefixes are "
-        "re-encoded. The viewer marks each break with its reason.",
-    ),
-    HealthCheck(
-        "logprob_gap",
-        lambda m: _get(m, "logprob_gap") >= 0.1 and "rollout_logprob_gap" not in m,
-        "the trainer's log-probs differ from the engine's on the same tokens by {logprob_gap:.3f} on "
-        "average: the engine samples from other weights or another dtype than the trainer trains, so "
-        "the update is off-policy. Check the weight sync and the dtypes of engine and trainer.",
-    ),
-    HealthCheck(
-        "rollout_logprob_gap",
-        lambda m: _get(m, "rollout_logprob_gap") >= 0.1,
-        "before the update, the trainer's log-probs differ from the engine's on the same tokens by "
-        "{rollout_logprob_gap:.3f} on average (estimated KL {rollout_kl:.3f}): the engine samples from "
-        "other weights or another dtype than the trainer trains, so the update is off-policy. Check "
-        "the weight sync (each call's policy_version) and the dtypes of engine and trainer, or "
-        "correct for it with trainer_common.algorithm.rollout_correction.rollout_is.",
-    ),
-)
+def _by_name(metrics: Mapping[str, Any], prefixes: Collection[str]) -> tuple[dict[str, float], list[str]]:
+    """The metrics under `prefixes` by their names without the prefix, and their full keys."""
+    by_name: dict[str, float] = {}
+    keys = []
+    for key, value in metrics.items():
+        head, _, name = key.partition("/")
+        if head in prefixes and name and isinstance(value, int | float) and not isinstance(value, bool):
+            by_name[name] = float(value)
+            keys.append(key)
+    return by_name, keys
 
 
 def health_warnings(
-    metrics: Mapping[str, float],
-    prefixes: tuple[str, ...] = ("train", "actor"),
-    checks: tuple[HealthCheck, ...] = HEALTH_CHECKS,
+    metrics: Mapping[str, Any],
+    catalog: MetricCatalog | None = None,
+    prefixes: Collection[str] = TRAINING,
 ) -> list[tuple[str, str]]:
-    """`(check name, sentence)` for every check crossed by the `metrics` under `prefixes`
-    (`train/tool_call_rate` is read as `tool_call_rate`; `val/...` is left out by default)."""
-    by_name: dict[str, float] = {}
-    for key, value in metrics.items():
-        head, _, name = key.partition("/")
-        if head in prefixes and name and isinstance(value, int | float):
-            by_name[name] = float(value)
-    out = []
-    for check in checks:
-        if check.crossed(by_name):
-            out.append((check.name, check.meaning.format_map(_Defaults(by_name))))
-    return out
+    """`(check name, sentence)` for every health rule the `metrics` under `prefixes` cross.
+
+    A rule reads the metrics without their prefix (`train/truncation_rate` as
+    `truncation_rate`); validation (`val/...`) is left out by default. The
+    checks come in the catalog's declaration order; `catalog` defaults to the
+    kernel's built-in declarations.
+    """
+    catalog = catalog or builtin_catalog()
+    by_name, keys = _by_name(metrics, prefixes)
+    crossed: dict[str, str] = {}
+    for key in keys:
+        metric = catalog.lookup(key)
+        rule = metric.health if metric is not None else None
+        if rule is None or rule.name in crossed:
+            continue
+        if rule.crossed(float(metrics[key]), by_name):
+            crossed[rule.name] = rule.sentence(by_name)
+    order = [m.health.name for m in catalog.rules() if m.health is not None]
+    return sorted(crossed.items(), key=lambda item: order.index(item[0]))
 
 
-def run_health(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """For a run's `metrics.jsonl` rows: each check that fired, at the first step it did."""
+def run_health(
+    rows: Sequence[Mapping[str, Any]], catalog: MetricCatalog | None = None
+) -> list[dict[str, Any]]:
+    """For a run's `metrics.jsonl` rows: each check that fired, on how many of the steps.
+
+    Each entry: `check`, `step` (the first step it fired at), `text` (its
+    sentence there), `steps` (how many steps it fired on), `of` (how many
+    steps have training metrics: a validation-only row, step 0, is not one).
+    """
     seen: dict[str, dict[str, Any]] = {}
+    trained = 0
     for row in rows:
-        numbers = {k: v for k, v in row.items() if isinstance(v, int | float) and k != "step"}
-        for name, sentence in health_warnings(numbers):
-            seen.setdefault(name, {"check": name, "step": row.get("step"), "text": sentence})
+        numbers = {k: v for k, v in row.items() if k != "step"}
+        if not _by_name(numbers, TRAINING)[1]:
+            continue
+        trained += 1
+        for name, sentence in health_warnings(numbers, catalog):
+            entry = seen.setdefault(
+                name, {"check": name, "step": row.get("step"), "text": sentence, "steps": 0}
+            )
+            entry["steps"] += 1
+    for entry in seen.values():
+        entry["of"] = trained
     return list(seen.values())
 
 
-class _Defaults(dict[str, float]):
-    def __missing__(self, key: str) -> float:
-        return 0.0
+def health_lines(rows: Sequence[Mapping[str, Any]], catalog: MetricCatalog | None = None) -> list[str]:
+    """One line per check that fired, for the run's closing lines: `truncation on 4 of 12 steps`."""
+    return [f"{e['check']} on {e['steps']} of {e['of']} steps" for e in run_health(rows, catalog)]
 
 
 @dataclass
 class HealthMonitor:
-    """Logs each health warning once per run (a run keeps one monitor)."""
+    """A run's health checks, step after step (a run keeps one monitor).
 
-    fired: set[str] = field(default_factory=set)
+    `observe` logs a check's meaning the first time it fires and returns the
+    checks crossed at every step, so that the step's console line says so
+    while it holds; `steps` counts the steps each check fired on.
+    """
 
-    prefixes: tuple[str, ...] = ("train", "actor")
+    catalog: MetricCatalog = field(default_factory=builtin_catalog)
+    prefixes: tuple[str, ...] = TRAINING
+    steps: dict[str, int] = field(default_factory=dict)
 
-    def observe(self, when: str, metrics: Mapping[str, float]) -> list[str]:
-        """Warn about checks crossed for the first time (`when`: "step 3"); returns their names."""
-        new = []
-        for name, sentence in health_warnings(metrics, self.prefixes):
-            if name not in self.fired:
-                self.fired.add(name)
-                new.append(name)
-                get_logger().warning(f"{when}: {sentence} (health check '{name}', warned once per run)")
-        return new
+    def observe(self, when: str, metrics: Mapping[str, Any]) -> list[str]:
+        """The checks this step's `metrics` cross (`when`: "step 3"); warns of each the first time."""
+        crossed = []
+        for name, sentence in health_warnings(metrics, self.catalog, self.prefixes):
+            crossed.append(name)
+            if name not in self.steps:
+                get_logger().warning(
+                    f"{when}: {sentence} (health check '{name}'; later steps where it holds are "
+                    "marked on their console line)"
+                )
+            self.steps[name] = self.steps.get(name, 0) + 1
+        return crossed
+
+
+def console_fields(
+    metrics: Mapping[str, Any], catalog: MetricCatalog | None = None, crossed: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The fields of a step's console line: each metric declared `console=True`, rounded, and the
+    health checks `crossed` at this step (`HealthMonitor.observe`) as `health="!truncation,..."`.
+
+        crossed = monitor.observe(f"step {step}", metrics)
+        log.info("step", step=step, of=total, **console_fields(metrics, catalog, crossed))
+    """
+    catalog = catalog or builtin_catalog()
+    fields: dict[str, Any] = {}
+    for key, value in metrics.items():
+        metric = catalog.lookup(key)
+        if metric is not None and metric.console and isinstance(value, int | float):
+            fields[key] = round(float(value), 4)
+    if crossed:
+        fields["health"] = ",".join(f"!{name}" for name in crossed)
+    return fields
