@@ -7,8 +7,9 @@ import types
 import pytest
 
 from astuner.core.health import HealthMonitor, health_warnings
+from astuner.core.metric_catalog import HealthRule, Metric, MetricCatalog, metric_catalog
+from astuner.core.metric_declarations import builtin_catalog
 from astuner.hookspecs import hookimpl
-from astuner.metric_catalog import HealthRule, Metric, MetricCatalog, builtin_catalog, metric_catalog
 from astuner.plugins import Plugins
 
 

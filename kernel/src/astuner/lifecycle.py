@@ -210,7 +210,7 @@ class RunLifecycle:
         backbone's runs (and `astuner eval`'s) get them.
         """
         from astuner.core.health import health_lines
-        from astuner.metric_catalog import metric_catalog
+        from astuner.core.metric_catalog import metric_catalog
         from astuner.record import read_metrics
 
         return health_lines(read_metrics(self.experiment.metrics_file), metric_catalog(self.plugins))

@@ -44,12 +44,12 @@ from astuner.core.demonstrations import (
 )
 from astuner.core.health import HealthMonitor, console_fields
 from astuner.core.merge import MergeReport, merge_trajectory
+from astuner.core.metric_catalog import HealthRule, Metric, MetricCatalog, metric_catalog
 from astuner.core.metrics import pass_at_k, rollout_metrics, scalar_reward, succeeded
 from astuner.core.one_temperature import other_temperature_warning, untrain_other_temperatures
 from astuner.core.tokenizer import BUILTIN_PREFIX, SMOLLM2, gguf_to_hf_tokenizer, smollm2_gguf_path
 from astuner.core.trajectory import Sample
 from astuner.errors import PluginError
-from astuner.metric_catalog import HealthRule, Metric, MetricCatalog, metric_catalog
 from astuner.plugins import Plugins
 from astuner.protocols import (
     Backbone,

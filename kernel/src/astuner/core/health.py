@@ -4,8 +4,8 @@ A run can show a smooth loss while the model never calls a tool, every
 group has the same reward (no learning signal), replies are cut by the
 length budget, or the trainer scores tokens differently from the engine
 that sampled them. Each such threshold is a `HealthRule` on a declared
-metric (`astuner.metric_catalog`; the built-in ones in
-`astuner.default_plugins.metrics`). `health_warnings(metrics, catalog)`
+metric (`astuner.core.metric_catalog`; the built-in ones in
+`astuner.core.metric_declarations`). `health_warnings(metrics, catalog)`
 reads one step's metrics and returns one sentence per rule crossed.
 
 A warning keeps telling for as long as it holds: `HealthMonitor` logs the
@@ -21,8 +21,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from astuner.core.metric_catalog import MetricCatalog
+from astuner.core.metric_declarations import builtin_catalog
 from astuner.logs import get_logger
-from astuner.metric_catalog import MetricCatalog, builtin_catalog
 
 # The metrics a training step's health is read from: the rollouts it trained on and the update.
 TRAINING = ("train", "actor")

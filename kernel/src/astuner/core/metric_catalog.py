@@ -9,11 +9,12 @@ health checks all read the same declarations, so a metric's meaning lives in
 one place.
 
 Plugins declare metrics through the `register_metrics` hook (the kernel's
-own in `astuner.default_plugins.metrics`); `metric_catalog(plugins)` collects
-them. Keys are patterns: `{split}` stands for a split (train, val,
-validation, eval, and debug: the debug backbone's rollouts) and `{name}`
-for one path segment, or, at the end of a pattern, for the rest of the key
-(a judge's `one_hop/correct` under `{split}/judge/{name}`):
+own, in `astuner.core.metric_declarations`, through the default plugin
+`astuner.default_plugins.metrics`); `metric_catalog(plugins)` collects them.
+Keys are patterns: `{split}` stands for a split (train, val, validation,
+eval, and debug: the debug backbone's rollouts) and `{name}` for one path
+segment, or, at the end of a pattern, for the rest of the key (a judge's
+`one_hop/correct` under `{split}/judge/{name}`):
 
     catalog = metric_catalog(plugins)
     catalog.lookup("val/reward_mean").label  # "reward (mean)"
@@ -263,11 +264,3 @@ def metric_catalog(plugins: Plugins) -> MetricCatalog:
     """The metrics every loaded plugin declares (the kernel's built-ins first)."""
     impls = plugins.pm.hook.register_metrics.get_hookimpls()
     return collect_metrics((impl.plugin_name, impl.function) for impl in impls)
-
-
-@cache
-def builtin_catalog() -> MetricCatalog:
-    """The kernel's own declarations alone, for callers that have no plugins at hand."""
-    from astuner.default_plugins import metrics
-
-    return collect_metrics([("metrics", metrics.register_metrics)])
