@@ -17,17 +17,21 @@ from astuner_backbone_torch.settings import TorchSettings  # noqa: E402
 from astuner_backbone_torch.trainer import PolicyTrainer, UpdateSettings  # noqa: E402
 
 from astuner.config import load_config  # noqa: E402
+from astuner.core.policy_losses import ppo_clip_loss  # noqa: E402
 from astuner.core.tokenizer import load_tokenizer  # noqa: E402
 from astuner.core.tracker import ContextTracker, TrackerSettings  # noqa: E402
 from astuner.core.trajectory import Sample  # noqa: E402
 from astuner.errors import AstunerError, ConfigError  # noqa: E402
 from astuner.rollout.engine import SamplingParams  # noqa: E402
 from astuner.rollout.model_tuner import ModelTuner  # noqa: E402
-from astuner.training import agent_plan  # noqa: E402
+from astuner.training import ChosenLoss, PolicyLossSettings, agent_plan  # noqa: E402
 
 FP32 = TorchSettings(train_dtype="float32", gen_dtype="float32")
 # A bfloat16 rollout copy: the update must reach it through `sync_generator`.
 BF16_COPY = TorchSettings(train_dtype="float32", gen_dtype="bfloat16")
+PPO = ChosenLoss(
+    name="ppo_clip", settings=PolicyLossSettings(0.2, 0.2), loss_agg_mode="token-mean", fn=ppo_clip_loss
+)
 
 
 def adapter_config(model_dir: Path, *overrides: str):
@@ -156,7 +160,7 @@ def test_an_update_trains_each_adapter_on_its_own_agents_samples_only(tiny_model
     three = ("agents.D.lora.rank=4",)
     policy = load(tiny_model_dir, BF16_COPY, *three)
     base, before = snapshot(policy.model), {name: snapshot(policy.model, name) for name in "ABD"}
-    trainer = PolicyTrainer(policy, UpdateSettings(lr=1e-2))
+    trainer = PolicyTrainer(policy, UpdateSettings(lr=1e-2, policy_loss=PPO))
     metrics = trainer.update(agent_samples("A", 1) + agent_samples("B", 2) + agent_samples("C", 3))
 
     assert same(snapshot(policy.model), base)
@@ -172,7 +176,7 @@ def test_an_update_trains_each_adapter_on_its_own_agents_samples_only(tiny_model
 
     # A's update is what A's samples alone give: B's samples never reach it.
     alone = load(tiny_model_dir, BF16_COPY, *three)
-    PolicyTrainer(alone, UpdateSettings(lr=1e-2)).update(agent_samples("A", 1))
+    PolicyTrainer(alone, UpdateSettings(lr=1e-2, policy_loss=PPO)).update(agent_samples("A", 1))
     assert same(snapshot(alone.model, "A"), snapshot(policy.model, "A"))
     assert same(snapshot(alone.model, "B"), before["B"])
 
@@ -181,7 +185,7 @@ def test_an_update_trains_each_adapter_on_its_own_agents_samples_only(tiny_model
 def checkpoint(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     """A checkpoint of adapters A and B after one update, and the trainer that wrote it."""
     policy = load(tiny_model_dir)
-    trainer = PolicyTrainer(policy, UpdateSettings(lr=1e-2))
+    trainer = PolicyTrainer(policy, UpdateSettings(lr=1e-2, policy_loss=PPO))
     trainer.update(agent_samples("A", 1) + agent_samples("B", 2))
     root = tmp_path_factory.mktemp("checkpoints")
     path = save_checkpoint(
@@ -195,7 +199,7 @@ def test_a_checkpoint_of_two_adapters_resumes_both_and_their_optimizers(
 ) -> None:
     path, trainer = checkpoint
     assert sorted(p.name for p in (path / ADAPTERS_DIR).iterdir() if p.is_dir()) == ["A", "B"]
-    resumed = PolicyTrainer(load(tiny_model_dir, weights=path), UpdateSettings(lr=1e-2))
+    resumed = PolicyTrainer(load(tiny_model_dir, weights=path), UpdateSettings(lr=1e-2, policy_loss=PPO))
     loaded = read_checkpoint(path)
     assert loaded is not None
     resumed.load_state_dict(loaded.tensors())

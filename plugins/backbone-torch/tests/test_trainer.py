@@ -1,6 +1,7 @@
 """Policy updates on the tiny model: the loss falls, merging keeps the gradient, KL starts at zero."""
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,16 +19,20 @@ from astuner.config import load_config  # noqa: E402
 from astuner.core.merge import merge_calls  # noqa: E402
 from astuner.core.trajectory import LLMCall, Sample  # noqa: E402
 from astuner.errors import AstunerError  # noqa: E402
-from astuner.training import AgentPlan  # noqa: E402
+from astuner.training import AgentPlan, Plugins, policy_loss  # noqa: E402
 
 FP32 = TorchSettings(train_dtype="float32", gen_dtype="float32")
 
 
-def make_trainer(tiny_model_dir: Path, need_reference: bool = False, **update) -> PolicyTrainer:
-    config = load_config(None, [f"model.path={tiny_model_dir}"], environ={})
+def make_trainer(
+    tiny_model_dir: Path, need_reference: bool = False, overrides: tuple[str, ...] = (), **update
+) -> PolicyTrainer:
+    """A trainer of the tiny model; `overrides` of the config choose its policy loss (default PPO clip)."""
+    config = load_config(None, [f"model.path={tiny_model_dir}", *overrides], environ={})
     torch.manual_seed(0)
     policy = Policy.load(config.model, FP32, plan=AgentPlan(), need_reference=need_reference)
-    return PolicyTrainer(policy, UpdateSettings(**update))
+    chosen = policy_loss(Plugins(load_entry_points=False), config.trainer_common)
+    return PolicyTrainer(policy, UpdateSettings(policy_loss=chosen, **update))
 
 
 def fixed_batch() -> list[Sample]:
@@ -67,7 +72,8 @@ def with_old_logprobs(trainer: PolicyTrainer, samples: list[Sample]) -> list[Sam
 
 
 def test_loss_decreases_on_a_fixed_batch(tiny_model_dir: Path) -> None:
-    trainer = make_trainer(tiny_model_dir, lr=3e-3, clip_low=10.0, clip_high=10.0, max_tokens=32)
+    wide = ("trainer_common.clip_ratio_low=10.0", "trainer_common.clip_ratio_high=10.0")
+    trainer = make_trainer(tiny_model_dir, overrides=wide, lr=3e-3, max_tokens=32)
     samples = with_old_logprobs(trainer, fixed_batch())
     before = step_loss(trainer, samples)
     metrics = [trainer.update(samples) for _ in range(5)]
@@ -99,7 +105,7 @@ def gradients(trainer: PolicyTrainer, samples: list[Sample]) -> list[torch.Tenso
 
 
 def test_merged_sample_has_the_gradient_of_its_calls_as_separate_samples(tiny_model_dir: Path) -> None:
-    trainer = make_trainer(tiny_model_dir, loss_agg_mode="token-mean")
+    trainer = make_trainer(tiny_model_dir, overrides=("trainer_common.loss_agg_mode=token-mean",))
     merged, report = merge_calls(two_call_episode(), merge=True)
     separate, _ = merge_calls(two_call_episode(), merge=False)
     assert len(merged) == 1 and len(separate) == 2 and report.reduction > 1
@@ -142,7 +148,8 @@ def test_skipping_zero_advantage_samples_leaves_the_update_unchanged(tiny_model_
         sample.advantages = [0.0] * len(sample.advantages)
     runs = {}
     for skip in (True, False):
-        trainer = make_trainer(tiny_model_dir, lr=1e-2, loss_agg_mode=mode, skip_zero_advantage=skip)
+        agg = (f"trainer_common.loss_agg_mode={mode}",)
+        trainer = make_trainer(tiny_model_dir, overrides=agg, lr=1e-2, skip_zero_advantage=skip)
         samples = with_old_logprobs(trainer, batch)
         runs[skip] = [trainer.update(samples) for _ in range(2)], weights(trainer)
     (skipped, w_skip), (full, w_full) = runs[True], runs[False]
@@ -268,7 +275,8 @@ def make_lora_trainer(tiny_model_dir: Path) -> PolicyTrainer:
         for name, p in policy.model.named_parameters():
             if "lora_B" in name:
                 p.normal_(0.0, 0.05)
-    return PolicyTrainer(policy, UpdateSettings())
+    chosen = policy_loss(Plugins(load_entry_points=False), config.trainer_common)
+    return PolicyTrainer(policy, UpdateSettings(policy_loss=chosen))
 
 
 def backward_with_embeddings(trainer: PolicyTrainer, batch, norm) -> tuple[list[torch.Tensor], list]:
@@ -423,14 +431,15 @@ def test_truncated_importance_sampling_weights_the_loss_by_the_capped_ratio(tiny
     on_policy = with_old_logprobs(trainer, fixed_batch())
     expected = [2.0 * g for g in gradients(trainer, on_policy)]
     off = engine_off_by(on_policy, -math.log(4))
-    trainer.settings = UpdateSettings(rollout_is="token", rollout_is_threshold=2.0)
+    plain = trainer.settings
+    trainer.settings = replace(plain, rollout_is="token", rollout_is_threshold=2.0)
     corrected = gradients(trainer, off)
     assert any(g.abs().sum() > 0 for g in corrected)
     for a, b in zip(corrected, expected, strict=True):
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
     # Without it PPO's ratio is taken against the engine: 4 is clipped, so the samples with a
     # positive advantage teach nothing.
-    trainer.settings = UpdateSettings()
+    trainer.settings = plain
     positive = [s for s in off if s.advantages[-1] > 0]
     assert all(float(g.abs().sum()) == 0 for g in gradients(trainer, positive) if g is not None)
 

@@ -174,7 +174,7 @@ class TorchBackbone:
             weights=checkpoint.path if checkpoint else None,
             need_generator=not on_vllm,
         )
-        trainer = PolicyTrainer(policy, update_settings(config, settings))
+        trainer = PolicyTrainer(policy, update_settings(config, settings, ctx.plugins))
         if t.save_freq <= total:  # before any work: the disk must hold at least one checkpoint
             ensure_space(experiment.checkpoints, checkpoint_size(policy))
         start = 0

@@ -11,8 +11,11 @@ contributes `sum(...) / norm` with `norm` counted over all of the step's
 samples, so the accumulated gradient is the same however the samples were
 split (and however many calls a merged sample holds).
 
-Registries (`POLICY_LOSSES`, `KL_ESTIMATORS`, `AGG_MODES`) map the config
-names to these functions.
+`KL_ESTIMATORS` maps `trainer_common.kl_loss_type`'s names to their
+functions; `AGG_MODES` lists `trainer_common.loss_agg_mode`'s values. The
+policy losses are not here: they are algorithms a plugin may register
+(`register_policy_losses`; the built-in ones in the kernel's
+`astuner.core.policy_losses`), chosen by `trainer_common.algorithm.policy_loss`.
 """
 
 from __future__ import annotations
@@ -113,28 +116,6 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, norm: Step
 def token_nll(logprobs: torch.Tensor) -> torch.Tensor:
     """Negative log-likelihood per token, `(B, T)` -> `(B, T)`: the supervised fine-tuning loss."""
     return -logprobs
-
-
-def ppo_clip_loss(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    advantages: torch.Tensor,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO's clipped surrogate per token.
-
-    logprobs, old_logprobs, advantages: `(B, T)`. Returns `(loss, clipped)`,
-    both `(B, T)`: `loss = -min(r A, clip(r, 1 - clip_low, 1 + clip_high) A)`
-    with `r = exp(logprobs - old_logprobs)`, and `clipped` = 1.0 where the
-    clipped term was the one taken (it carries no gradient there).
-    """
-    log_ratio = (logprobs - old_logprobs).clamp(-20.0, 20.0)
-    ratio = log_ratio.exp()
-    unclipped = -advantages * ratio
-    clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    loss = torch.maximum(unclipped, clipped)
-    return loss, (clipped > unclipped).float()
 
 
 def rollout_is_weights(

@@ -1,4 +1,4 @@
-"""One policy update from a step's samples: PPO-clip + optional KL, accumulated by token budget.
+"""One policy update from a step's samples: the chosen policy loss + optional KL, accumulated by token budget.
 
 `PolicyTrainer.update(samples)` splits the samples into `mini_batch_num`
 mini-batches (one optimizer step each), each into length-bucketed
@@ -8,6 +8,12 @@ normalisation of `losses.aggregate`. Then: gradient clipping, AdamW, the
 learning-rate schedule, and a sync of the rollout copy. The same loop
 serves supervised fine-tuning (`objective="likelihood"`, `astuner sft`):
 the loss is then the negative log-likelihood of the trained tokens.
+
+The policy loss is the one `trainer_common.algorithm.policy_loss` chose
+among the registered ones (`astuner.training.policy_loss`: PPO clip, DAPO,
+GSPO, CISPO or a plugin's), a pure function of per-token tensors; the
+trainer computes the log-probs, calls it, and aggregates its per-token loss
+with the loss's `loss_agg_mode`.
 
 The samples of a GRPO group start with the same prompt. With
 `share_prompt_prefix` such samples share a micro-batch whose common prefix
@@ -20,9 +26,11 @@ is paid once per group instead of `num_repeat` times.
 
 Two things are not computed because they cannot change the gradient:
 samples whose trained tokens all have advantage 0 (a GRPO group with equal
-rewards) when there is no KL term, since their PPO loss is 0 at any
+rewards) when there is no KL term, since their policy loss is 0 at any
 weights (they still count in the step's normaliser, so the update is the
-same as with them); and the output layer at untrained positions. Per-token
+same as with them; every built-in loss is a multiple of the advantage, and
+a plugin's loss that is not trains with `torch.skip_zero_advantage:
+false`); and the output layer at untrained positions. Per-token
 statistics (entropy, clip fraction) are therefore over the samples that
 carry a gradient.
 
@@ -37,7 +45,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -49,7 +57,6 @@ from astuner_backbone_torch.losses import (
     StepNorm,
     aggregate,
     kl_penalty,
-    ppo_clip_loss,
     rollout_is_weights,
     token_logprobs,
     token_nll,
@@ -57,21 +64,31 @@ from astuner_backbone_torch.losses import (
 from astuner_backbone_torch.models import decoder_and_head, shared_prefix_hidden, shares_prefix_exactly
 from astuner_backbone_torch.policy import Policy
 
+if TYPE_CHECKING:
+    from astuner.training import ChosenLoss
+
+# Fine-tuning weighs every demonstrated token the same, however the conversations split into samples.
+LIKELIHOOD_AGG_MODE = "token-mean"
+
 Objective = Literal["policy_gradient", "likelihood"]
 
 
 @dataclass(frozen=True)
 class UpdateSettings:
     """The knobs of an update (`translate.update_settings` reads them from `trainer_common`, `rollout`
-    and `torch:`; `translate.sft_update_settings` for fine-tuning)."""
+    and `torch:`; `translate.sft_update_settings` for fine-tuning).
+
+    `policy_loss`: the chosen loss (`astuner.training.policy_loss`: its
+    function, `PolicyLossSettings` and `loss_agg_mode`, which also
+    aggregates the KL term); None where only fine-tuning runs, which
+    aggregates its log-likelihood by `LIKELIHOOD_AGG_MODE`.
+    """
 
     lr: float = 1e-6
     weight_decay: float = 0.01
     lr_warmup_steps: int = 0
     temperature: float = 1.0
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    loss_agg_mode: str = "token-mean"
+    policy_loss: ChosenLoss | None = None
     use_kl_loss: bool = False
     kl_loss_coef: float = 0.0
     kl_loss_type: str = "low_var_kl"
@@ -177,20 +194,24 @@ class PolicyTrainer:
         """This micro-batch's share of the step loss, and per-token statistics `(B, L-1)`
         (`trainer_logprobs` among them: the batch's log-probs, detached).
 
-        With `rollout_correction.rollout_is`, PPO's ratio is taken against the trainer's log-probs
+        The per-token loss is `settings.policy_loss`'s, aggregated by its `loss_agg_mode`.
+        With `rollout_correction.rollout_is`, the loss's ratio is taken against the trainer's log-probs
         at the start of the update and each token's loss is weighted by the truncated ratio of
         those to the engine's (`losses.rollout_is_weights`). `before_update`: the trainer's
         log-probs of the batch at the weights the update started from, when this optimizer step is
         not the first of the update (else they are computed here).
         """
         s = self.settings
+        if s.policy_loss is None:
+            raise ValueError("a policy-gradient update needs UpdateSettings.policy_loss (none was chosen)")
+        chosen = s.policy_loss
         logprobs, entropy = self.logprobs(self.policy.model, batch)
         engine = batch.old_logprobs
         old = engine if engine is not None else logprobs.detach()
         if s.rollout_is and engine is not None:
-            # PPO's ratio against the trainer's own numbers; the engine's are corrected for by weight.
+            # The ratio against the trainer's own numbers; the engine's are corrected for by weight.
             old = before_update if before_update is not None else logprobs.detach()
-        pg, clipped = ppo_clip_loss(logprobs, old, batch.advantages, s.clip_low, s.clip_high)
+        pg, clipped = chosen.fn(logprobs, old, batch.advantages, batch.mask, chosen.settings)
         stats = {"clip_frac": clipped, "entropy": entropy, "logprob_gap": (logprobs - old).abs()}
         if s.rollout_is and engine is not None:
             weights = rollout_is_weights(old, engine, batch.mask, s.rollout_is, s.rollout_is_threshold)
@@ -199,10 +220,10 @@ class PolicyTrainer:
             stats["rollout_is_capped_frac"] = (weights >= s.rollout_is_threshold * (1 - 1e-6)).float()
         stats["pg_loss"] = pg
         stats["trainer_logprobs"] = logprobs.detach()
-        loss = aggregate(pg, batch.mask, s.loss_agg_mode, norm)
+        loss = aggregate(pg, batch.mask, chosen.loss_agg_mode, norm)
         if ref_logprobs is not None:
             kl = kl_penalty(logprobs, ref_logprobs, s.kl_loss_type)
-            loss = loss + s.kl_loss_coef * aggregate(kl, batch.mask, s.loss_agg_mode, norm)
+            loss = loss + s.kl_loss_coef * aggregate(kl, batch.mask, chosen.loss_agg_mode, norm)
             stats["kl"] = kl
         return loss, stats
 
@@ -217,12 +238,12 @@ class PolicyTrainer:
         """This micro-batch's share of the step's negative log-likelihood (supervised fine-tuning)."""
         logprobs, entropy = self.logprobs(self.policy.model, batch)
         nll = token_nll(logprobs)
-        return aggregate(nll, batch.mask, self.settings.loss_agg_mode, norm), {"nll": nll, "entropy": entropy}
+        return aggregate(nll, batch.mask, LIKELIHOOD_AGG_MODE, norm), {"nll": nll, "entropy": entropy}
 
     def update(self, samples: Sequence[Sample], objective: Objective = "policy_gradient") -> dict[str, float]:
         """Train on a step's samples; returns the step's training metrics.
 
-        `objective`: `policy_gradient` (PPO-clip on the samples' advantages,
+        `objective`: `policy_gradient` (the policy loss on the samples' advantages,
         plus KL when configured) or `likelihood` (supervised fine-tuning: the
         negative log-likelihood of every trained token; advantages unused).
         With per-agent adapters, each trained adapter learns from its agent's

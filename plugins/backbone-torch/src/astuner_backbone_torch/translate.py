@@ -17,7 +17,9 @@ from typing import Any
 from astuner.training import (
     AgentPlan,
     AstunerConfig,
+    Plugins,
     agent_plan,
+    policy_loss,
     runner_settings_from_config,
     sampling_from_config,
 )
@@ -51,9 +53,15 @@ class SftRun:
     keep_last_checkpoints: int | None
 
 
-def update_settings(config: AstunerConfig, settings: TorchSettings) -> UpdateSettings:
-    """An RL update's settings: `trainer_common` (optimizer, PPO clip, KL, batching, rollout
-    correction), the sampling temperature of `rollout`, and this backbone's `torch:` knobs."""
+def update_settings(config: AstunerConfig, settings: TorchSettings, plugins: Plugins) -> UpdateSettings:
+    """An RL update's settings: `trainer_common` (optimizer, the policy loss, KL, batching, rollout
+    correction), the sampling temperature of `rollout`, and this backbone's `torch:` knobs.
+
+    The policy loss is the one `trainer_common.algorithm.policy_loss` names
+    among `plugins`' registrations, with its clip range and aggregation
+    (the user's, else the loss's defaults); an unknown name or invalid
+    `policy_loss_args` is a ConfigError naming the key.
+    """
     t = config.trainer_common
     correction = t.algorithm.rollout_correction
     return UpdateSettings(
@@ -63,9 +71,7 @@ def update_settings(config: AstunerConfig, settings: TorchSettings) -> UpdateSet
         # Log-probs are of the distribution that was sampled from: logits / T, T each call's
         # recorded one (`batching.token_temperatures`); this one for calls recorded without it.
         temperature=config.rollout.temperature or 1.0,
-        clip_low=t.clip_ratio_low,
-        clip_high=t.clip_ratio_high,
-        loss_agg_mode=t.loss_agg_mode,
+        policy_loss=policy_loss(plugins, t),
         use_kl_loss=t.use_kl_loss and t.kl_loss_coef > 0,
         kl_loss_coef=t.kl_loss_coef,
         kl_loss_type=t.kl_loss_type,
@@ -82,14 +88,14 @@ def update_settings(config: AstunerConfig, settings: TorchSettings) -> UpdateSet
 
 
 def sft_update_settings(config: AstunerConfig, settings: TorchSettings) -> UpdateSettings:
-    """The trainer's settings for SFT: `torch.sft.lr`, token-mean NLL at temperature 1, one step per batch."""
+    """The trainer's settings for SFT: `torch.sft.lr`, NLL (token-mean: `trainer.LIKELIHOOD_AGG_MODE`) at
+    temperature 1, one step per batch, no policy loss."""
     t = config.trainer_common
     return UpdateSettings(
         lr=settings.sft.lr,
         weight_decay=t.optim.weight_decay,
         lr_warmup_steps=t.optim.lr_warmup_steps,
         temperature=1.0,
-        loss_agg_mode="token-mean",
         grad_clip=t.grad_clip,
         max_tokens=t.max_token_len_per_gpu,
         logprob_chunk=settings.logprob_chunk,
