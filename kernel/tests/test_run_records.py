@@ -8,11 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from astuner.core import advantages
 from astuner.core.advantages import compute_advantages
 from astuner.core.merge import merge_trajectory
 from astuner.core.trajectory import LLMCall, Trajectory
+from astuner.hookspecs import hookimpl
+from astuner.plugins import Plugins
 from astuner.record import append_rows, append_trajectories
 from astuner.run_records import RunRecords
 from astuner.run_status import mark_ended
@@ -130,7 +134,7 @@ def test_what_trained_is_what_the_trainer_computes(run: Path) -> None:
     estimator, gamma = RunRecords(run).advantage_settings()
     trained = RunRecords.what_trained(group[0], group, estimator, gamma)
     samples, report = merge_trajectory(group[0])
-    adv = compute_advantages(group, samples, estimator=estimator, gamma=gamma)
+    adv = compute_advantages(group, samples, estimator=advantages.rloo, gamma=gamma)
     assert trained.samples == [
         {**s.model_dump(), "trained_tokens": s.num_trained_tokens} for s in adv.samples
     ]
@@ -158,6 +162,19 @@ def test_advantages_that_cannot_be_computed_leave_the_samples_and_say_why() -> N
     assert trained.advantage_error and "no-such-estimator" in trained.advantage_error
     assert trained.advantages == {} and trained.step_advantages is None
     assert [s["advantages"] for s in trained.samples] == [[0.0] * 8, [0.0] * 5]
+
+
+def test_what_trained_finds_a_plugins_estimator_by_name() -> None:
+    class Halves:
+        @hookimpl
+        def register_advantage_estimators(self, register):
+            register("halves", lambda: lambda scores, group, eps: (scores / 2, np.ones_like(scores)))
+
+    plugins = Plugins(load_entry_points=False)
+    plugins.add(Halves(), name="halves")
+    trajectory = _trajectory("t0", 1.0)
+    trained = RunRecords.what_trained(trajectory, [trajectory], "halves", plugins=plugins)
+    assert trained.advantage_error is None and trained.advantages[0] == pytest.approx(0.5)
 
 
 def test_zero_variance_is_told_per_agent_when_the_judge_scores_agents() -> None:

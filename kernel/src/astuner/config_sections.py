@@ -187,8 +187,23 @@ class RolloutCorrectionConfig(Section):
     rollout_is_threshold: float = Field(2.0, gt=0, description="The cap of an importance weight.")
 
 
+# How a step's per-token losses reduce to one number (`trainer_common.loss_agg_mode`).
+LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
+
+
 class AlgorithmConfig(Section):
-    adv_estimator: str = "grpo"
+    adv_estimator: str = Field(
+        "grpo", description="Advantage estimator: a name registered by a plugin (`astuner plugins list`)."
+    )
+    policy_loss: str = Field(
+        "ppo_clip",
+        description="Policy loss: ppo_clip, dapo, gspo, cispo, or one a plugin registers. Its defaults fill "
+        "trainer_common.clip_ratio_low, clip_ratio_high and loss_agg_mode where they are unset.",
+    )
+    policy_loss_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Settings of the chosen policy loss, checked against the ones it declares.",
+    )
     rollout_correction: RolloutCorrectionConfig = Field(default_factory=RolloutCorrectionConfig)
 
 
@@ -214,11 +229,22 @@ class TrainerCommonConfig(Section):
     use_kl_loss: bool = True
     kl_loss_coef: float = Field(0.002, ge=0)
     kl_loss_type: str = Field("low_var_kl", description="kl, abs, mse or low_var_kl.")
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = Field(
-        "token-mean", description="How per-token losses reduce to the step loss."
+    loss_agg_mode: LossAggMode | None = Field(
+        None,
+        description="How per-token losses reduce to the step loss; unset: the policy loss's default "
+        "(token-mean for ppo_clip).",
     )
-    clip_ratio_low: float = Field(0.2, ge=0, description="PPO clip: ratio floor is 1 - clip_ratio_low.")
-    clip_ratio_high: float = Field(0.2, ge=0, description="PPO clip: ratio ceiling is 1 + clip_ratio_high.")
+    clip_ratio_low: float | None = Field(
+        None,
+        ge=0,
+        description="Ratio floor is 1 - clip_ratio_low; unset: the policy loss's default (0.2 for ppo_clip).",
+    )
+    clip_ratio_high: float | None = Field(
+        None,
+        ge=0,
+        description="Ratio ceiling is 1 + clip_ratio_high; unset: the policy loss's default "
+        "(0.2 for ppo_clip).",
+    )
     grad_clip: float = Field(1.0, gt=0, description="Gradient norm clipping threshold.")
     max_token_len_per_gpu: int = Field(
         4096,

@@ -11,7 +11,7 @@ through the `astuner` entry-point group. Each `register_*` hook receives a
         register("exact", ExactJudge, settings=ExactJudgeSettings)
 
 `register(name, factory, *, settings=None, summary="", reads=None, key_homes=None,
-old_names=(), switched_on_by=())`:
+old_names=(), switched_on_by=(), counterparts=None, defaults=None, aliases=())`:
 
 - `name` is what users write in config (`task_judge.judge_protocol: exact`).
 - `factory` builds the thing. It is only called when a run needs it, so a
@@ -45,6 +45,16 @@ about the plugin (each is refused on a kind it means nothing for):
   `astune.task_judge.math_answer_as_judge->MathAnswerAsJudge`).
 - `switched_on_by` (notifiers): environment variables that turn this
   notifier on without a `notify.<name>` block (`PHONE_NUMBERS` for `sms`).
+- `counterparts` (advantage estimators, policy losses): the same algorithm
+  in a backbone whose engine computes it itself, by backbone name: what
+  that backbone's translated config sets for it, e.g. `{"verl": "gspo",
+  "trinity": "gspo"}`. A backbone refuses an algorithm without its
+  counterpart there, naming the config key.
+- `aliases` (advantage estimators, policy losses): other names the config
+  may choose it by (`multi_step_grpo` for `grpo`).
+- `defaults` (policy losses): the values of `trainer_common.clip_ratio_low`,
+  `clip_ratio_high` and `loss_agg_mode` the loss wants where the user
+  leaves them unset (`{"clip_ratio_high": 0.28}`); a value the user sets wins.
 
 A factory never receives the whole run config. Besides its settings block it
 is given, by keyword, each of these named services whose name its signature

@@ -62,6 +62,8 @@ KINDS: dict[str, str] = {
     "executor": "register_executors",
     "notifier": "register_notifiers",
     "companion": "register_companions",
+    "advantage_estimator": "register_advantage_estimators",
+    "policy_loss": "register_policy_losses",
 }
 
 
@@ -393,7 +395,7 @@ def _allowed_plugins() -> set[str] | None:
 
 def _explain_validation(exc: pluggy.PluginValidationError) -> str:
     message = str(exc)
-    hook_names = [*list(KINDS.values()), "register_commands"]
+    hook_names = [*list(KINDS.values()), "register_metrics", "register_commands"]
     for word in message.replace("'", " ").split():
         if word.startswith("register") and word not in hook_names:
             near = difflib.get_close_matches(word, hook_names, n=1)

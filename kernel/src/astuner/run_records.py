@@ -18,17 +18,20 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from astuner.algorithms import advantage_estimator
 from astuner.config_yaml import load_yaml
 from astuner.core.health import run_health
 from astuner.core.merge import merge_trajectory
 from astuner.core.tokenizer import BUILTIN_PREFIX, ChatTokenizer, load_tokenizer
 from astuner.core.trajectory import Sample, Trajectory
 from astuner.errors import ConfigError
+from astuner.plugins import Plugins
 from astuner.record import read_metrics
 from astuner.record_lines import clipped_characters, load_trajectory
 from astuner.run_status import STATUS_FILE, RunStatus, read_status
@@ -279,17 +282,24 @@ class RunRecords:
 
     @staticmethod
     def what_trained(
-        trajectory: Trajectory, group: Sequence[Trajectory], estimator: str = "grpo", gamma: float = 1.0
+        trajectory: Trajectory,
+        group: Sequence[Trajectory],
+        estimator: str = "grpo",
+        gamma: float = 1.0,
+        plugins: Plugins | None = None,
     ) -> WhatTrained:
         """What training made of `trajectory`: its merged samples with advantages, and its prefix breaks.
 
         Samples are merged by the code every backbone merges with;
         advantages are computed over `group` (the trajectory and the other
-        runs of its task) with `estimator` and `gamma`, as the trainer does
-        for that group (`advantage_settings` gives the run's). Advantages
-        that cannot be computed (an unknown estimator, step rewards that do
-        not match the steps) leave `advantage_error` set and the samples
-        without them.
+        runs of its task) with the estimator named `estimator` among
+        `plugins`' and `gamma`, as the trainer does for that group
+        (`advantage_settings` gives the run's). A tool reading records
+        outside a run (the log viewer) has no plugins at hand: without
+        them, the estimator is found among every installed plugin's, loaded
+        once per process. Advantages that cannot be computed (an unknown
+        estimator, step rewards that do not match the steps) leave
+        `advantage_error` set and the samples without them.
 
             trained = RunRecords.what_trained(trajectory, group, *records.advantage_settings())
             trained.merge["samples"], trained.advantages, trained.zero_variance()
@@ -300,8 +310,9 @@ class RunRecords:
         samples, report = merge_trajectory(trajectory)
         scored: dict[str, Any] = {}
         try:
-            adv = compute_advantages(group, samples, estimator=estimator, gamma=gamma)
-        except (KeyError, ValueError) as exc:
+            fn = advantage_estimator(plugins if plugins is not None else _installed_plugins(), estimator)
+            adv = compute_advantages(group, samples, estimator=fn, gamma=gamma)
+        except (ConfigError, ValueError) as exc:
             scored["advantage_error"] = str(exc)
         else:
             samples = adv.samples or samples
@@ -327,6 +338,12 @@ class RunRecords:
             clipped_characters=clipped_characters(trajectory),
             **scored,
         )
+
+
+@cache
+def _installed_plugins() -> Plugins:
+    """Every installed plugin, for `what_trained` called without a run's plugins; loaded once."""
+    return Plugins()
 
 
 def _sample(sample: Sample) -> dict[str, Any]:

@@ -22,6 +22,16 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from astuner.algorithms import (
+    ChosenLoss,
+    LossSettings,
+    PolicyLossSettings,
+    advantage_estimator,
+    algorithm_counterpart,
+    algorithm_names,
+    policy_loss,
+    policy_loss_settings,
+)
 from astuner.cache import build_once, cache_dir
 from astuner.checkpoint_model import checkpoint_of
 from astuner.components import (
@@ -74,12 +84,7 @@ from astuner.translation import Source, apply_rules, engine_settings, flatten, l
 if TYPE_CHECKING:
     from astuner.cli import ConfOption, OverrideOption, handle_user_errors
     from astuner.companions import COMPANION_ARGS, companion_requests
-    from astuner.core.advantages import (
-        canonical_estimator,
-        compute_advantages,
-        estimator_counterparts,
-        estimator_names,
-    )
+    from astuner.core.advantages import Estimator, compute_advantages
     from astuner.lifecycle import RunLifecycle
     from astuner.rollout.episode import EpisodeSource, reward_of
     from astuner.rollout.gateway import Gateway
@@ -95,10 +100,8 @@ _LAZY: dict[str, str] = {
     "handle_user_errors": "astuner.cli",
     "COMPANION_ARGS": "astuner.companions",
     "companion_requests": "astuner.companions",
-    "canonical_estimator": "astuner.core.advantages",
-    "estimator_counterparts": "astuner.core.advantages",
-    "estimator_names": "astuner.core.advantages",
     "compute_advantages": "astuner.core.advantages",
+    "Estimator": "astuner.core.advantages",
     "EpisodeSource": "astuner.rollout.episode",
     "Gateway": "astuner.rollout.gateway",
     "reward_of": "astuner.rollout.episode",
@@ -167,9 +170,16 @@ __all__ = [  # noqa: RUF022
     "untrain_other_temperatures",
     "other_temperature_warning",
     "compute_advantages",
-    "canonical_estimator",
-    "estimator_counterparts",
-    "estimator_names",
+    # the training algorithms the config chooses among the plugins' (advantage estimators, policy losses)
+    "Estimator",
+    "advantage_estimator",
+    "PolicyLossSettings",
+    "LossSettings",
+    "ChosenLoss",
+    "policy_loss",
+    "policy_loss_settings",
+    "algorithm_counterpart",
+    "algorithm_names",
     "pass_at_k",
     "rollout_metrics",
     "scalar_reward",

@@ -7,16 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from astuner.core.advantages import (
-    advantage_estimators,
-    canonical_estimator,
-    compute_advantages,
-    discounted_returns,
-    estimator_counterparts,
-    estimator_names,
-    get_advantage_estimator,
-    zero_variance_groups,
-)
+from astuner.core import advantages
+from astuner.core.advantages import compute_advantages, discounted_returns, zero_variance_groups
 from astuner.core.merge import merge_trajectory
 from astuner.core.trajectory import LLMCall, Trajectory
 
@@ -36,7 +28,7 @@ def _run(trajs, **kw):
 
 
 def _adv(estimator, scores, groups):
-    base, scale = get_advantage_estimator(estimator)(np.array(scores, dtype=float), np.array(groups), 1e-6)
+    base, scale = getattr(advantages, estimator)(np.array(scores, dtype=float), np.array(groups), 1e-6)
     return (np.array(scores) - base) / scale
 
 
@@ -81,7 +73,7 @@ def test_equal_rewards_give_zeros_and_are_reported():
 
 def test_broadcast_to_generated_tokens_only():
     trajs = [_traj("a", "g", 1.0, n_calls=3), _traj("b", "g", 0.0, n_calls=3)]
-    report = _run(trajs, estimator="dr_grpo")
+    report = _run(trajs, estimator=advantages.dr_grpo)
     s = report.samples[0]
     assert s.call_indices == [0, 1, 2]
     assert s.advantages == [0.5 if m else 0.0 for m in s.loss_mask]
@@ -90,7 +82,7 @@ def test_broadcast_to_generated_tokens_only():
 def test_per_step_rewards_with_gamma():
     assert discounted_returns([0.0, 0.0, 1.0], 0.5).tolist() == [0.25, 0.5, 1.0]
     trajs = [_traj("a", "g", [0.0, 0.0, 1.0], n_calls=3), _traj("b", "g", [0.0, 0.0, 0.0], 3)]
-    report = _run(trajs, estimator="dr_grpo", gamma=0.5)
+    report = _run(trajs, estimator=advantages.dr_grpo, gamma=0.5)
     # baseline = mean of returns-from-start = (0.25 + 0) / 2
     assert report.step_advantages["a"] == pytest.approx([0.125, 0.375, 0.875])
     assert report.step_advantages["b"] == pytest.approx([-0.125] * 3)
@@ -109,29 +101,9 @@ def test_unscored_trajectories_are_not_trained():
     assert compute_advantages([trajs[1]], samples[1:]).dropped_samples == 1
 
 
-def test_registry_and_zero_variance_helper():
-    assert set(advantage_estimators()) >= {"grpo", "dr_grpo", "rloo", "reinforce_pp"}
-    with pytest.raises(KeyError, match="grpo"):
-        get_advantage_estimator("ppo")
+def test_zero_variance_helper_finds_groups_of_equal_scores():
     flat = zero_variance_groups(np.array([1.0, 1.0, 0.0, 2.0]), np.array([0, 0, 1, 1]))
     assert flat.tolist() == [True, False]
-
-
-def test_one_registry_names_every_estimator_its_aliases_and_engine_counterparts():
-    assert estimator_names() == sorted({*advantage_estimators(), "multi_step_grpo"})
-    assert canonical_estimator("multi_step_grpo") == "grpo" and canonical_estimator("rloo") == "rloo"
-    assert get_advantage_estimator("multi_step_grpo") is get_advantage_estimator("grpo")
-    with pytest.raises(KeyError, match=r"'ppo'; known: dr_grpo, grpo, multi_step_grpo, reinforce_pp, "):
-        canonical_estimator("ppo")
-    verl = estimator_counterparts("verl")
-    assert verl["grpo"] == verl["multi_step_grpo"] == ("grpo", True) and verl["dr_grpo"] == ("grpo", False)
-    assert "reinforce_pp_baseline" not in verl  # verl has no such estimator: the translation says so
-    assert estimator_counterparts("trinity") == {
-        "grpo": "multi_step_grpo",
-        "multi_step_grpo": "multi_step_grpo",
-        "rloo": "rloo",
-    }
-    assert estimator_counterparts("no_such_engine") == {}
 
 
 def _game(tid: str, rewards: dict[str, float], agents=("wolf", "seer", "villager"), untrained=()):
@@ -154,7 +126,7 @@ def test_per_agent_rewards_are_grouped_per_agent_across_the_repeats():
         _game("a", {"wolf": 1.0, "seer": 0.0, "villager": 5.0}),
         _game("b", {"wolf": 0.0, "seer": 0.0, "villager": 1.0}),
     ]
-    report = _run(games, estimator="dr_grpo")
+    report = _run(games, estimator=advantages.dr_grpo)
     by_agent = {(s.trajectory_id, s.agent_name): max(s.advantages, key=abs) for s in report.samples}
     # each agent's baseline is its own mean over the two games, never the other agents'
     assert by_agent == {
@@ -168,7 +140,7 @@ def test_per_agent_rewards_are_grouped_per_agent_across_the_repeats():
     # the seer's rewards are equal: a zero-variance group of its own, its samples carry 0
     assert report.zero_variance_groups == ["g/seer"] and report.groups == 3
     assert report.step_advantages["a"] == [0.5, 0.0, 2.0]
-    dropped = _run(games, estimator="dr_grpo", drop_zero_variance=True)
+    dropped = _run(games, estimator=advantages.dr_grpo, drop_zero_variance=True)
     assert {s.agent_name for s in dropped.samples} == {"wolf", "villager"} and dropped.dropped_samples == 2
 
 
@@ -177,7 +149,7 @@ def test_an_agent_without_trainable_calls_is_skipped_and_unrewarded_calls_are_no
         _game("a", {"wolf": 1.0, "seer": 3.0}, untrained=("seer",)),
         _game("b", {"wolf": 0.0, "seer": 1.0}, untrained=("seer",)),
     ]
-    report = _run(games, estimator="dr_grpo")
+    report = _run(games, estimator=advantages.dr_grpo)
     assert {s.agent_name for s in report.samples} == {"wolf"}
     assert report.zero_variance_groups == []
     # the villager had trainable calls but no reward: its samples are left out, not trained at 0

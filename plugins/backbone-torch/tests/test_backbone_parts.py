@@ -1,25 +1,28 @@
-"""Backbone pieces that need no model: estimator names, the task stream."""
+"""Backbone pieces that need no model: the chosen estimator, the task stream."""
 
 import pytest
 
 pytest.importorskip("torch")
 
-from astuner_backbone_torch.backbone import estimator_name
+from astuner_backbone_torch.backbone import chosen_estimator
 from astuner_backbone_torch.data import TaskStream
 
 from astuner.config import load_config
+from astuner.core import advantages
 from astuner.core.task import Task
 from astuner.errors import ConfigError
+from astuner.plugins import Plugins
 
 
 def test_multi_step_grpo_is_grpo_and_unknown_estimators_are_named() -> None:
+    plugins = Plugins(load_entry_points=False)
     config = load_config(None, ["trainer_common.algorithm.adv_estimator=multi_step_grpo"], environ={})
-    assert estimator_name(config) == "grpo"
+    assert chosen_estimator(config, plugins) is advantages.grpo
     config.trainer_common.algorithm.adv_estimator = "rloo"
-    assert estimator_name(config) == "rloo"
+    assert chosen_estimator(config, plugins) is advantages.rloo
     config.trainer_common.algorithm.adv_estimator = "gpro"
     with pytest.raises(ConfigError, match=r"adv_estimator.*'gpro'.*multi_step_grpo"):
-        estimator_name(config)
+        chosen_estimator(config, plugins)
 
 
 def test_task_stream_is_seeded_covers_each_epoch_and_resumes_from_its_position() -> None:

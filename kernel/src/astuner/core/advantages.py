@@ -7,7 +7,7 @@ membership that returns a baseline and a scale per trajectory:
 
 and the advantage of trajectory i is `(x - baseline[i]) / scale[i]`, where
 `x` is its score, or, with per-step rewards, the discounted return of each
-step. Registered estimators (`rollout`'s `adv_estimator`):
+step. The built-in estimators (`trainer_common.algorithm.adv_estimator`):
 
 - `grpo`: group mean and (unbiased) group standard deviation.
 - `dr_grpo`: group mean only, no division (Dr. GRPO).
@@ -17,11 +17,10 @@ step. Registered estimators (`rollout`'s `adv_estimator`):
 - `reinforce_pp_baseline`: group mean subtracted, then divided by the
   standard deviation of those centred scores over the whole batch.
 
-This registry is the one list of algorithm names: the `torch` backbone
-computes with it, `AlgorithmConfig` (the AgentScope Tuner) checks against
-it, and the verl and Trinity translations read each estimator's
-counterpart in their engine, declared where it is registered.
-`ESTIMATOR_ALIASES` holds the other names an estimator goes by.
+They are plugins like any other estimator: the kernel's default plugin
+`astuner.default_plugins.algorithms` registers them with their aliases and
+their counterparts in verl and Trinity, and a run finds the one its config
+names through `astuner.algorithms.advantage_estimator`.
 
 `compute_advantages` applies one to trajectories and writes the result onto
 their samples' generated tokens.
@@ -29,9 +28,8 @@ their samples' generated tokens.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -40,65 +38,6 @@ from astuner.core.trajectory import Sample, Trajectory
 from astuner.errors import ConfigError
 
 Estimator = Callable[[np.ndarray, np.ndarray, float], tuple[np.ndarray, np.ndarray]]
-
-# AgentScope's `multi_step_grpo` is GRPO broadcast over every call of an episode;
-# the prefix merge makes such an episode one sample, so it is trajectory-level `grpo`.
-ESTIMATOR_ALIASES: dict[str, str] = {"multi_step_grpo": "grpo"}
-
-
-@dataclass(frozen=True)
-class _Registered:
-    fn: Estimator
-    counterparts: Mapping[str, Any]
-
-
-_ESTIMATORS: dict[str, _Registered] = {}
-
-
-def register_advantage_estimator(name: str, **counterparts: Any) -> Callable[[Estimator], Estimator]:
-    """Decorator: make an estimator available under `name`.
-
-    `counterparts` name the same algorithm in an engine that computes
-    advantages itself, by engine (`verl=`, `trinity=`): the value is what
-    that engine's translated config sets (see `estimator_counterparts`).
-    """
-
-    def deco(fn: Estimator) -> Estimator:
-        if name in _ESTIMATORS or name in ESTIMATOR_ALIASES:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
-        _ESTIMATORS[name] = _Registered(fn, dict(counterparts))
-        return fn
-
-    return deco
-
-
-def estimator_names() -> list[str]:
-    """Every accepted `adv_estimator`: the registered estimators and their aliases."""
-    return sorted({*_ESTIMATORS, *ESTIMATOR_ALIASES})
-
-
-def canonical_estimator(name: str) -> str:
-    """The registered estimator `name` stands for; a KeyError listing the accepted names if none."""
-    resolved = ESTIMATOR_ALIASES.get(name, name)
-    if resolved not in _ESTIMATORS:
-        raise KeyError(f"unknown adv_estimator {name!r}; known: {', '.join(estimator_names())}")
-    return resolved
-
-
-def get_advantage_estimator(name: str) -> Estimator:
-    """The estimator registered as `name` (or under the alias `name`)."""
-    return _ESTIMATORS[canonical_estimator(name)].fn
-
-
-def advantage_estimators() -> list[str]:
-    """Names of all registered estimators."""
-    return sorted(_ESTIMATORS)
-
-
-def estimator_counterparts(engine: str) -> dict[str, Any]:
-    """Each accepted name (aliases too) whose estimator `engine` has -> the engine's setting for it."""
-    counterparts = {name: _ESTIMATORS[canonical_estimator(name)].counterparts for name in estimator_names()}
-    return {name: theirs[engine] for name, theirs in counterparts.items() if engine in theirs}
 
 
 def group_stats(scores: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -117,24 +56,18 @@ def group_stats(scores: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.n
     return means[group], std[group], counts[group].astype(np.float64)
 
 
-# Counterparts: verl's (algorithm.adv_estimator, algorithm.norm_adv_by_std_in_grpo) and Trinity's
-# algorithm.algorithm_type. Trinity's multi_step_grpo groups every experience of a task's runs,
-# which fits episodes that merge into more than one sample.
-@register_advantage_estimator("grpo", verl=("grpo", True), trinity="multi_step_grpo")
 def grpo(scores: np.ndarray, group: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
     """GRPO: A_i = (r_i - mean_g) / (std_g + eps). Shapes (B,) -> ((B,), (B,))."""
     mean, std, _ = group_stats(scores, group)
     return mean, std + eps
 
 
-@register_advantage_estimator("dr_grpo", verl=("grpo", False))
 def dr_grpo(scores: np.ndarray, group: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
     """Dr. GRPO: A_i = r_i - mean_g (dividing by std biases towards easy/hard groups)."""
     mean, _, _ = group_stats(scores, group)
     return mean, np.ones_like(scores)
 
 
-@register_advantage_estimator("rloo", verl=("rloo", True), trinity="rloo")
 def rloo(scores: np.ndarray, group: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
     """RLOO: A_i = r_i - mean of the other n_g - 1 scores of the group.
 
@@ -146,14 +79,12 @@ def rloo(scores: np.ndarray, group: np.ndarray, eps: float) -> tuple[np.ndarray,
     return others, np.ones_like(scores)
 
 
-@register_advantage_estimator("reinforce_pp", verl=("reinforce_plus_plus", True))
 def reinforce_pp(scores: np.ndarray, group: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
     """REINFORCE++: A_i = (r_i - mean_batch) / (std_batch + eps); no group baseline."""
     std = scores.std(ddof=1) if scores.size > 1 else 0.0
     return np.full_like(scores, scores.mean()), np.full_like(scores, std + eps)
 
 
-@register_advantage_estimator("reinforce_pp_baseline")
 def reinforce_pp_baseline(scores: np.ndarray, group: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
     """REINFORCE++ with a group baseline: c_i = r_i - mean_g, A_i = c_i / (std_batch(c) + eps)."""
     mean, _, _ = group_stats(scores, group)
@@ -245,7 +176,7 @@ def compute_advantages(
     trajectories: Sequence[Trajectory],
     samples: Sequence[Sample],
     *,
-    estimator: str = "grpo",
+    estimator: Estimator = grpo,
     gamma: float = 1.0,
     drop_zero_variance: bool = False,
     eps: float = 1e-6,
@@ -259,7 +190,9 @@ def compute_advantages(
     `(G_k - baseline) / scale`. Per-agent rewards (`Trajectory.agent_rewards`)
     score each agent's calls on their own, grouped per agent: agent `a`'s
     baseline comes from agent `a`'s rewards in the other runs of the task.
-    Trajectories that raised or have no reward are not trained. Raises
+    Trajectories that raised or have no reward are not trained. `estimator`
+    is the function (`astuner.algorithms.advantage_estimator` finds the one
+    a config names). Raises
     ValueError when a reward list does not have one entry per step, and
     ConfigError when no sample is left because no trainable target called
     (`astuner.core.targets`).
@@ -267,7 +200,6 @@ def compute_advantages(
     untrainable = untrainable_step_error(trajectories, samples)
     if untrainable is not None:
         raise ConfigError(untrainable)
-    fn = get_advantage_estimator(estimator)
     scored = [t for t in trajectories if t.error is None and t.reward is not None]
     units = [unit for t in scored for unit in _units(t, gamma)]
     report = AdvantageReport()
@@ -279,7 +211,7 @@ def compute_advantages(
     index = {g: i for i, g in enumerate(group_ids)}
     group = np.array([index[u.group] for u in units], dtype=np.int64)
     scores = np.array([u.returns[0] if u.returns.size else 0.0 for u in units], dtype=np.float64)
-    baseline, scale = fn(scores, group, eps)
+    baseline, scale = estimator(scores, group, eps)
     flat = zero_variance_groups(scores, group)
     report.zero_variance_groups = [g for g in group_ids if flat[index[g]]]
     dropped_groups = set(report.zero_variance_groups) if drop_zero_variance else set()

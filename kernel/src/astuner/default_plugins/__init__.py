@@ -12,5 +12,6 @@ DEFAULT_PLUGINS: list[str] = [
     "astuner.default_plugins.madness_checks",
     "astuner.default_plugins.debug_backbone",
     "astuner.default_plugins.init_command",
+    "astuner.default_plugins.algorithms",
     "astuner.default_plugins.metrics",
 ]

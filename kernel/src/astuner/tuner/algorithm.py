@@ -2,7 +2,7 @@
 
 | field | config key |
 |---|---|
-| `algorithm_type` | `trainer_common.algorithm.adv_estimator` (`multi_step_grpo` is `grpo`) |
+| `algorithm_type` | `trainer_common.algorithm.adv_estimator` (`multi_step_grpo`, an alias of `grpo`) |
 | `learning_rate` | `trainer_common.optim.lr` |
 | `group_size` | `rollout.num_repeat` (runs per task, one group) |
 | `batch_size` | `data.train_batch_size` (tasks per step) |
@@ -16,7 +16,9 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
+from astuner.algorithms import algorithm_name, algorithm_names
 from astuner.errors import ConfigError
+from astuner.plugins import Plugins
 from astuner.tuner.settings import TunerSettings
 
 KEYS = {
@@ -29,11 +31,10 @@ KEYS = {
 }
 
 
-def algorithm_types() -> list[str]:
-    """Every accepted `algorithm_type`: astuner's advantage estimators and their AgentScope names."""
-    from astuner.core.advantages import estimator_names  # numpy: only when an algorithm is named
-
-    return estimator_names()
+def algorithm_types(plugins: Plugins) -> list[str]:
+    """Every accepted `algorithm_type`: the installed advantage estimators and their aliases (AgentScope's
+    names among them)."""
+    return algorithm_names(plugins, "advantage_estimator")
 
 
 class AlgorithmConfig(TunerSettings):
@@ -49,10 +50,12 @@ class AlgorithmConfig(TunerSettings):
     @field_validator("algorithm_type")
     @classmethod
     def _known(cls, value: str) -> str:
-        if value not in algorithm_types():
+        # The installed plugins, as `tune()` loads them, may add estimators of their own.
+        known = algorithm_types(Plugins())
+        if value not in known:
             raise ConfigError(
                 f"AlgorithmConfig(algorithm_type={value!r}): astuner has no such algorithm. Choose one of: "
-                f"{', '.join(algorithm_types())} (multi_step_grpo is grpo over whole episodes)."
+                f"{', '.join(known)} (multi_step_grpo is grpo over whole episodes)."
             )
         return value
 
@@ -61,8 +64,7 @@ class AlgorithmConfig(TunerSettings):
         return self.config_values(KEYS, explicit=explicit)
 
     def config_value(self, name: str) -> Any:
+        """`algorithm_type` as the estimator's registered name (`multi_step_grpo` is written `grpo`)."""
         if name == "algorithm_type":
-            from astuner.core.advantages import canonical_estimator
-
-            return canonical_estimator(self.algorithm_type)
+            return algorithm_name(Plugins(), "advantage_estimator", self.algorithm_type)
         return super().config_value(name)

@@ -27,17 +27,18 @@ from transformers import set_seed
 from astuner.api import AstunerError, ConfigError, Task, Trajectory, get_logger
 from astuner.training import (
     AstunerConfig,
+    Estimator,
     HealthMonitor,
     MergeReport,
+    Plugins,
     RolloutParts,
     RolloutRunner,
     RunContext,
     Sample,
+    advantage_estimator,
     append_trajectories,
     build_reader,
-    canonical_estimator,
     compute_advantages,
-    estimator_names,
     main_engine_model,
     merge_trajectory,
     plugin_settings,
@@ -73,15 +74,10 @@ ROLLOUT_ENGINES = ("auto", "transformers", "vllm")
 RolloutEngine = TransformersEngine | VllmRollout
 
 
-def estimator_name(config: AstunerConfig) -> str:
-    """`trainer_common.algorithm.adv_estimator`, aliases resolved; a ConfigError if unknown."""
-    name = config.trainer_common.algorithm.adv_estimator
-    if name not in estimator_names():
-        raise ConfigError(
-            f"trainer_common.algorithm.adv_estimator: '{name}' is not an advantage estimator. "
-            f"Choose one of: {', '.join(estimator_names())}."
-        )
-    return canonical_estimator(name)
+def chosen_estimator(config: AstunerConfig, plugins: Plugins) -> Estimator:
+    """The estimator `trainer_common.algorithm.adv_estimator` names among the plugins' (aliases resolved);
+    a ConfigError naming the key and the installed ones if none."""
+    return advantage_estimator(plugins, config.trainer_common.algorithm.adv_estimator)
 
 
 def seed_everything(seed: int) -> None:
@@ -134,7 +130,7 @@ class TorchBackbone:
                 "rollout.engine: transformers (or auto)",
                 "each agent's calls form a group of their own",
             )
-        estimator = estimator_name(config)
+        estimator = chosen_estimator(config, ctx.plugins)
         quiet_transformers()
         if settings.num_threads:
             torch.set_num_threads(settings.num_threads)
@@ -147,7 +143,7 @@ class TorchBackbone:
             await parts.aclose()
 
     async def _train(
-        self, ctx: RunContext, reader: Any, parts: RolloutParts, estimator: str, on_vllm: bool
+        self, ctx: RunContext, reader: Any, parts: RolloutParts, estimator: Estimator, on_vllm: bool
     ) -> None:
         """The run itself, on the workflow, judge and checks of `parts`."""
         config, experiment, settings = ctx.config, ctx.experiment, self.settings
@@ -262,7 +258,7 @@ class TorchBackbone:
         trainer: PolicyTrainer,
         engine: RolloutEngine,
         trajectories: list[Trajectory],
-        estimator: str,
+        estimator: Estimator,
         gamma: float,
     ) -> dict[str, float]:
         targets = runner.trainable_targets or None
