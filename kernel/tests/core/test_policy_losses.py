@@ -7,21 +7,13 @@ other numbers: a test passes only for the formula it names.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from astuner.core.policy_losses import cispo_loss, dapo_loss, gspo_loss, ppo_clip_loss  # noqa: E402
-
-
-@dataclass(frozen=True)
-class Clip:
-    """The clip range a loss reads (as `PolicyLossSettings` carries it)."""
-
-    clip_low: float
-    clip_high: float
+from astuner.training import PolicyLossSettings as Clip  # noqa: E402
 
 
 def tokens(ratios: list[float], logprobs: list[float] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
