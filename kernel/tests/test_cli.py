@@ -29,7 +29,7 @@ class RecordingBackbone:
     def run(self, ctx: RunContext) -> None:
         RecordingBackbone.runs.append(ctx)
 
-    def engine_config(self, config) -> dict:
+    def engine_config(self, config, plugins) -> dict:
         return {"engine": {"flavour": self.settings.flavour, "temperature": config.rollout.temperature}}
 
 

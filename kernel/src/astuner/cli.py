@@ -261,7 +261,7 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
             runner = build_backbone(config, plugins)
             if isinstance(runner, DescribesEngineConfig):
                 typer.echo(f"# engine config for backbone '{backbone}'")
-                typer.echo(yaml.safe_dump(runner.engine_config(config), sort_keys=False), nl=False)
+                typer.echo(yaml.safe_dump(runner.engine_config(config, plugins), sort_keys=False), nl=False)
 
     data_app = typer.Typer(help="Look at task sets.", no_args_is_help=True)
     app.add_typer(data_app, name="data")

@@ -157,9 +157,12 @@ class DescribesEngineConfig(Protocol):
     """A `Backbone` that translates the astuner config into its engine's own (verl, Trinity-RFT).
 
     `astuner config show --backbone NAME` prints what `engine_config` returns.
+    `plugins` are the run's: the algorithms the config chooses are found
+    among them, with their counterparts in the engine
+    (`astuner.training.algorithm_counterpart`).
     """
 
-    def engine_config(self, config: AstunerConfig) -> dict[str, Any]: ...
+    def engine_config(self, config: AstunerConfig, plugins: Plugins) -> dict[str, Any]: ...
 
 
 @runtime_checkable

@@ -18,7 +18,14 @@ from typing import Any
 import yaml
 
 from astuner.api import AstunerError
-from astuner.training import AstunerConfig, RunContext, build_reader, ray_head_for_run, require_gpus
+from astuner.training import (
+    AstunerConfig,
+    Plugins,
+    RunContext,
+    build_reader,
+    ray_head_for_run,
+    require_gpus,
+)
 from astuner_backbone_trinity.plugin import INSTALL_HINT, astuner_readiness
 from astuner_backbone_trinity.translate import engine_config
 
@@ -32,9 +39,9 @@ FAILURE_MARKERS = (
 
 
 class TrinityBackbone:
-    def engine_config(self, config: AstunerConfig) -> dict[str, Any]:
+    def engine_config(self, config: AstunerConfig, plugins: Plugins) -> dict[str, Any]:
         """The translated Trinity config (without the run's task files and folders)."""
-        return engine_config(config)
+        return engine_config(config, plugins)
 
     def prepare(self, ctx: RunContext) -> Path:
         """Write the run's files into the experiment folder; the Trinity config file."""
@@ -46,7 +53,7 @@ class TrinityBackbone:
             with (tasks / f"{split}.jsonl").open("w", encoding="utf-8") as out:
                 for task in reader.read(split):  # type: ignore[arg-type]
                     out.write(json.dumps({"astuner_task": task.model_dump_json()}) + "\n")
-        nested = engine_config(config)
+        nested = engine_config(config, ctx.plugins)
         nested["checkpoint_root_dir"] = str(ctx.experiment.checkpoints.resolve())
         nested["buffer"]["explorer_input"]["taskset"].update(
             {

@@ -1,7 +1,9 @@
 """The astuner config as a Trinity-RFT config: one declarative table.
 
 `RULES` maps each Trinity key (dotted) to an astuner key or a function of
-the config (a computed key); `FIXED` wires Trinity to astuner's workflow.
+the config (a computed key); the algorithms (advantage estimator, policy
+loss) are the plugins' and translate through their declared Trinity
+counterparts (`algorithm_keys`); `FIXED` wires Trinity to astuner's workflow.
 The verbatim `trinity:` block is laid over both. The task files and the
 checkpoint folder depend on the run and are added by the backbone at launch.
 """
@@ -12,12 +14,13 @@ from typing import Any
 
 from astuner.training import (
     AstunerConfig,
+    Plugins,
     Source,
+    algorithm_counterpart,
     apply_rules,
-    estimator_counterparts,
     flatten,
-    lookup,
     nest,
+    policy_loss_settings,
     refuse_agent_adapters,
 )
 from astuner_backbone_trinity.settings import trinity_defaults, trinity_settings
@@ -26,13 +29,6 @@ WORKFLOW_PATH = "astuner_backbone_trinity.workflow.AstunerWorkflow"
 
 # Trinity keeps one monitor; astuner's console logging needs none.
 MONITORS = ("tensorboard", "wandb", "mlflow", "swanlab")
-
-
-def _algorithm(config: AstunerConfig) -> str:
-    """Trinity's algorithm type, as astuner's estimator registry declares it."""
-    return lookup(
-        config, "trainer_common.algorithm.adv_estimator", estimator_counterparts("trinity"), "Trinity"
-    )
 
 
 def _monitor(config: AstunerConfig) -> str:
@@ -66,11 +62,9 @@ RULES: dict[str, Source] = {
     "model.temperature": "rollout.temperature",
     "model.top_p": "rollout.top_p",
     "model.top_k": "rollout.top_k",
-    "algorithm.algorithm_type": _algorithm,
     "algorithm.repeat_times": "rollout.num_repeat",
     "algorithm.optimizer.lr": "trainer_common.optim.lr",
     "algorithm.optimizer.weight_decay": "trainer_common.optim.weight_decay",
-    "algorithm.loss_agg_mode": "trainer_common.loss_agg_mode",
     "buffer.batch_size": "data.train_batch_size",
     "buffer.train_batch_size": _train_batch,
     "buffer.total_epochs": "trainer_common.total_epochs",
@@ -95,9 +89,37 @@ FIXED: dict[str, Any] = {
 }
 
 
-def translate(config: AstunerConfig) -> dict[str, Any]:
-    """Trinity keys (dotted) -> values: the table, astuner's defaults (`settings`), the fixed wiring,
-    then the `trinity:` block; a ConfigError for per-agent adapters, since Trinity trains one model."""
+def algorithm_keys(config: AstunerConfig, plugins: Plugins) -> dict[str, Any]:
+    """Trinity's keys for the chosen advantage estimator and policy loss, from their Trinity counterparts.
+
+    The estimator's counterpart is Trinity's `algorithm.algorithm_type`, the
+    loss's its `algorithm.policy_loss_fn`, given the clip range (the user's,
+    else the loss's defaults; DAPO is Trinity's ppo loss with DAPO's range)
+    in `policy_loss_fn_args`, and `algorithm.loss_agg_mode`, which Trinity
+    copies into those args. An algorithm without a Trinity counterpart is a
+    ConfigError naming its key.
+    """
+    chosen = config.trainer_common.algorithm
+    loss = policy_loss_settings(plugins, config.trainer_common)
+    args = "algorithm.policy_loss_fn_args"
+    return {
+        "algorithm.algorithm_type": algorithm_counterpart(
+            plugins, "advantage_estimator", chosen.adv_estimator, "trinity"
+        ),
+        "algorithm.policy_loss_fn": algorithm_counterpart(
+            plugins, "policy_loss", chosen.policy_loss, "trinity"
+        ),
+        f"{args}.clip_range_low": loss.settings.clip_low,
+        f"{args}.clip_range_high": loss.settings.clip_high,
+        f"{args}.loss_agg_mode": loss.loss_agg_mode,
+        "algorithm.loss_agg_mode": loss.loss_agg_mode,
+    }
+
+
+def translate(config: AstunerConfig, plugins: Plugins) -> dict[str, Any]:
+    """Trinity keys (dotted) -> values: the table, the algorithms (`algorithm_keys`, among `plugins`),
+    astuner's defaults (`settings`), the fixed wiring, then the `trinity:` block; a ConfigError for
+    per-agent adapters, since Trinity trains one model."""
     refuse_agent_adapters(
         config.agents,
         "backbone trinity",
@@ -105,9 +127,15 @@ def translate(config: AstunerConfig) -> dict[str, Any]:
         "backbone torch",
         "each agent's experiences form a group of their own",
     )
-    return {**apply_rules(config, RULES), **trinity_defaults(config), **FIXED, **flatten(config.trinity)}
+    return {
+        **apply_rules(config, RULES),
+        **algorithm_keys(config, plugins),
+        **trinity_defaults(config),
+        **FIXED,
+        **flatten(config.trinity),
+    }
 
 
-def engine_config(config: AstunerConfig) -> dict[str, Any]:
+def engine_config(config: AstunerConfig, plugins: Plugins) -> dict[str, Any]:
     """The nested Trinity config (without the run's task files and folders)."""
-    return nest(translate(config))
+    return nest(translate(config, plugins))

@@ -123,7 +123,7 @@ class AstunerWorkflow(Workflow):
 def _trained_temperature(episodes: EpisodeSource) -> float:
     """`model.temperature` of the Trinity config, translated once per source: Trinity builds a workflow
     for every run, and the source lives as long as the runner process."""
-    return float(translate(episodes.config)[TEMPERATURE_KEY])
+    return float(translate(episodes.config, episodes.plugins)[TEMPERATURE_KEY])
 
 
 def _experience(

@@ -19,7 +19,15 @@ from typing import Any
 import yaml
 
 from astuner.api import AstunerError
-from astuner.training import AstunerConfig, RunContext, build_reader, nest, ray_head_for_run, require_gpus
+from astuner.training import (
+    AstunerConfig,
+    Plugins,
+    RunContext,
+    build_reader,
+    nest,
+    ray_head_for_run,
+    require_gpus,
+)
 from astuner_backbone_verl.plugin import INSTALL_HINT, astuner_readiness
 from astuner_backbone_verl.translate import AGENT_LOOP_NAME, hydra_overrides, translate
 
@@ -27,9 +35,9 @@ AGENT_LOOP_CLASS = "astuner_backbone_verl.agent_loop.AstunerAgentLoop"
 
 
 class VerlBackbone:
-    def engine_config(self, config: AstunerConfig) -> dict[str, Any]:
+    def engine_config(self, config: AstunerConfig, plugins: Plugins) -> dict[str, Any]:
         """The translated verl config (without the run's data files and folders)."""
-        return nest(translate(config))
+        return nest(translate(config, plugins))
 
     def prepare(self, ctx: RunContext) -> list[str]:
         """Write the run's files into the experiment folder; the overrides for verl."""
@@ -53,7 +61,7 @@ class VerlBackbone:
             ),
             encoding="utf-8",
         )
-        flat = translate(config)
+        flat = translate(config, ctx.plugins)
         flat.update(
             {
                 "data.train_files": str(data / "train.parquet"),

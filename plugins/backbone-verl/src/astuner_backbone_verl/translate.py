@@ -2,7 +2,10 @@
 
 `RULES` maps each verl key (dotted, as on verl's command line) to where its
 value comes from: an astuner key (dotted) or a function of the whole config
-(a computed key). The keys only verl reads have astuner's defaults in
+(a computed key). The algorithms (advantage estimator, policy loss) are the
+plugins' and translate through their declared verl counterparts
+(`algorithm_keys`); the clip range and loss aggregation default to the
+chosen loss's. The keys only verl reads have astuner's defaults in
 `settings`. `FIXED` holds what wires verl to astuner whatever the config
 says. The verbatim `verl:` block is laid over all, so a user can set any
 verl key, or override a translated one. Keys that depend on the run
@@ -16,21 +19,17 @@ from typing import Any
 
 from astuner.training import (
     AstunerConfig,
+    Plugins,
     Source,
+    algorithm_counterpart,
     apply_rules,
-    estimator_counterparts,
     flatten,
-    lookup,
+    policy_loss_settings,
     refuse_agent_adapters,
 )
 from astuner_backbone_verl.settings import verl_defaults
 
 AGENT_LOOP_NAME = "astuner"
-
-
-def _estimator(config: AstunerConfig) -> tuple[str, bool]:
-    """verl's (adv_estimator, norm_adv_by_std_in_grpo), as astuner's estimator registry declares them."""
-    return lookup(config, "trainer_common.algorithm.adv_estimator", estimator_counterparts("verl"), "verl")
 
 
 def _mini_batch(config: AstunerConfig) -> int:
@@ -74,8 +73,6 @@ RULES: dict[str, Source] = {
     "data.max_prompt_length": "data.max_prompt_length",
     "data.max_response_length": "data.max_response_length",
     "data.seed": "trainer_common.seed",
-    "algorithm.adv_estimator": lambda c: _estimator(c)[0],
-    "algorithm.norm_adv_by_std_in_grpo": lambda c: _estimator(c)[1],
     "actor_rollout_ref.model.path": "model.path",
     f"{ACTOR}.optim.lr": "trainer_common.optim.lr",
     f"{ACTOR}.optim.weight_decay": "trainer_common.optim.weight_decay",
@@ -86,9 +83,6 @@ RULES: dict[str, Source] = {
     f"{ACTOR}.use_kl_loss": "trainer_common.use_kl_loss",
     f"{ACTOR}.kl_loss_coef": "trainer_common.kl_loss_coef",
     f"{ACTOR}.kl_loss_type": "trainer_common.kl_loss_type",
-    f"{ACTOR}.loss_agg_mode": "trainer_common.loss_agg_mode",
-    f"{ACTOR}.clip_ratio_low": "trainer_common.clip_ratio_low",
-    f"{ACTOR}.clip_ratio_high": "trainer_common.clip_ratio_high",
     f"{ACTOR}.grad_clip": "trainer_common.grad_clip",
     f"{ACTOR}.ulysses_sequence_parallel_size": "trainer_common.ulysses_sequence_parallel_size",
     f"{REF}.log_prob_use_dynamic_bsz": lambda c: True,
@@ -116,9 +110,35 @@ FIXED: dict[str, Any] = {
 }
 
 
-def translate(config: AstunerConfig) -> dict[str, Any]:
-    """verl keys (dotted) -> values: the table, astuner's defaults of verl-only keys, the fixed wiring,
-    then the `verl:` block; a ConfigError for per-agent adapters, since verl trains one policy."""
+def algorithm_keys(config: AstunerConfig, plugins: Plugins) -> dict[str, Any]:
+    """verl's keys for the chosen advantage estimator and policy loss, from their verl counterparts.
+
+    The estimator's counterpart is verl's `(adv_estimator,
+    norm_adv_by_std_in_grpo)`, the loss's its `policy_loss.loss_mode`; the
+    clip range and `loss_agg_mode` are the user's, else the loss's defaults
+    (DAPO is verl's vanilla loss with DAPO's clip range). An algorithm
+    without a verl counterpart is a ConfigError naming its key.
+    """
+    chosen = config.trainer_common.algorithm
+    adv_estimator, norm_by_std = algorithm_counterpart(
+        plugins, "advantage_estimator", chosen.adv_estimator, "verl"
+    )
+    loss_mode = algorithm_counterpart(plugins, "policy_loss", chosen.policy_loss, "verl")
+    loss = policy_loss_settings(plugins, config.trainer_common)
+    return {
+        "algorithm.adv_estimator": adv_estimator,
+        "algorithm.norm_adv_by_std_in_grpo": norm_by_std,
+        f"{ACTOR}.policy_loss.loss_mode": loss_mode,
+        f"{ACTOR}.clip_ratio_low": loss.settings.clip_low,
+        f"{ACTOR}.clip_ratio_high": loss.settings.clip_high,
+        f"{ACTOR}.loss_agg_mode": loss.loss_agg_mode,
+    }
+
+
+def translate(config: AstunerConfig, plugins: Plugins) -> dict[str, Any]:
+    """verl keys (dotted) -> values: the table, the algorithms (`algorithm_keys`, among `plugins`),
+    astuner's defaults of verl-only keys, the fixed wiring, then the `verl:` block; a ConfigError for
+    per-agent adapters, since verl trains one policy."""
     refuse_agent_adapters(
         config.agents,
         "backbone verl",
@@ -127,7 +147,13 @@ def translate(config: AstunerConfig) -> dict[str, Any]:
         "each verl group (one prompt's runs) trains one agent, picked among the trainable agents the judge "
         "scored",
     )
-    return {**apply_rules(config, RULES), **verl_defaults(config), **FIXED, **flatten(config.verl)}
+    return {
+        **apply_rules(config, RULES),
+        **algorithm_keys(config, plugins),
+        **verl_defaults(config),
+        **FIXED,
+        **flatten(config.verl),
+    }
 
 
 def hydra_overrides(flat: Mapping[str, Any]) -> list[str]:
