@@ -152,7 +152,7 @@ def test_the_agent_calls_its_tool_on_smollm2_and_the_viewer_shows_it(tmp_path: P
     assert result.returncode == 0, result.stderr
     assert "tool format: hermes (the chat template renders none" in result.stderr
     (tool_use,) = [line for line in result.stderr.splitlines() if "tool use" in line]
-    rate = float(tool_use.split("tool_call_rate=")[1].split()[0])
+    rate = float(tool_use.split("episodes_with_tool_call=")[1].split()[0])
     assert rate > 0, tool_use
     (rollout_file,) = (tmp_path / "records").glob("math_agent_arith/*/rollouts/debug.jsonl")
     executed = 0

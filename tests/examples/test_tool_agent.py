@@ -175,7 +175,8 @@ def test_a_correct_tool_call_is_run_and_its_result_answers(
     output = trajectory.metadata["workflow_output"]["metadata"]
     assert output == {"final_answer": answer, "tool_calls": 1}
     metrics = rollout_metrics([trajectory], "debug")
-    assert metrics["debug/tool_calls_executed"] == 1 and metrics["debug/tool_call_rate"] == 0.5
+    assert metrics["debug/tool_calls_executed"] == 1 and metrics["debug/replies_with_tool_call"] == 0.5
+    assert metrics["debug/tool_calls_per_reply"] == 0.5 and metrics["debug/episodes_with_tool_call"] == 1.0
     assert second.prompt_source == "cumulative"  # the history the loop sends back extends the first call
     samples, report = merge_trajectory(trajectory)
     assert len(samples) == 1 and not report.breaks

@@ -1,10 +1,17 @@
-"""Rollout scores: reward mean/std, success rate, pass@k (the unbiased estimator)."""
+"""Rollout scores: reward mean/std, success rate, pass@k (the unbiased estimator), tool use, judge metrics."""
 
 import math
 
 import pytest
 
-from astuner.core.metrics import pass_at_k, rollout_metrics, scalar_reward, succeeded
+from astuner.core.metrics import (
+    judge_metrics,
+    pass_at_k,
+    rollout_metrics,
+    scalar_reward,
+    succeeded,
+    tool_metrics,
+)
 from astuner.core.trajectory import LLMCall, ToolCall, Trajectory
 
 
@@ -73,7 +80,8 @@ def test_tool_metrics_count_calls_parse_failures_executions_and_truncations() ->
     answer_2 = {"role": "tool", "tool_call_id": "call_2_0", "content": "0"}
     other_agent = LLMCall(index=0, agent_name="b", messages=[answer_2], response_ids=[5])
     metrics = rollout_metrics([Trajectory(trajectory_id="t", calls=calls), _traj("c", 1.0)], "train")
-    assert metrics["train/tool_call_rate"] == 0.5  # 2 of 4 replies
+    assert metrics["train/replies_with_tool_call"] == 0.5  # 2 of 4 replies
+    assert metrics["train/tool_parse_failure_rate"] == 0.25  # 1 of 4 replies
     assert metrics["train/tool_parse_failures"] == 1
     assert metrics["train/tool_calls_executed"] == 1  # call_2_0 was never answered
     assert metrics["train/truncation_rate"] == 0.25
@@ -106,3 +114,50 @@ def test_agent_metrics_per_agent_of_a_multi_agent_workflow() -> None:
     assert scalar["train/agent/seer/reward_mean"] == 0.5 and scalar["train/agent/wolf/win_rate"] == 0.5
     single = rollout_metrics([Trajectory(trajectory_id="s", calls=[LLMCall()], reward=1.0)], "train")
     assert not any("/agent/" in key for key in single)
+
+
+def test_tool_use_names_on_a_hand_built_set() -> None:
+    """Three episodes, six replies (a stop reply is none), four parsed calls."""
+
+    def reply(n_calls: int, parse_error: str | None = None) -> LLMCall:
+        calls = [ToolCall(id=f"c{i}", name="multiply", arguments="{}") for i in range(n_calls)]
+        return LLMCall(response_ids=[1], tool_calls=calls, tool_parse_error=parse_error)
+
+    busy = Trajectory(trajectory_id="busy", calls=[reply(2), reply(1), reply(0)])  # two calls in one reply
+    once = Trajectory(trajectory_id="once", calls=[reply(0, "invalid JSON"), reply(1), LLMCall()])
+    never = Trajectory(trajectory_id="never", calls=[reply(0)])
+    metrics = tool_metrics([busy, once, never], "t")
+    assert metrics["t/tool_calls_per_reply"] == pytest.approx(4 / 6)
+    assert metrics["t/replies_with_tool_call"] == pytest.approx(3 / 6)
+    assert metrics["t/episodes_with_tool_call"] == pytest.approx(2 / 3)
+    assert metrics["t/tool_parse_failure_rate"] == pytest.approx(1 / 6)
+    assert metrics["t/tool_calls_parsed"] == 4 and metrics["t/tool_parse_failures"] == 1
+    assert "t/tool_call_rate" not in metrics
+    empty = tool_metrics([], "t")
+    assert empty["t/tool_calls_per_reply"] == empty["t/episodes_with_tool_call"] == 0.0
+
+
+def test_judge_metrics_are_averaged_over_the_runs_that_report_them() -> None:
+    def run(metrics: dict, error: str | None = None) -> Trajectory:
+        t = Trajectory(trajectory_id=str(metrics), reward=1.0, error=error)
+        t.metrics.update(metrics)  # as the runner merges them: no validation on the way
+        return t
+
+    runs = [
+        run({"one_hop/correct": 1.0, "judge/no_answer": 0.0, "rounds": 3}),
+        run({"one_hop/correct": 0.0, "judge/no_answer": True}),
+        run({"two_hop/correct": 1.0, "judge/no_answer": False, "rounds": 5}),
+        run({"one_hop/correct": 1.0, "rounds": 100.0}, error="boom"),  # errored: left out
+        run({"rounds": float("nan"), "label": "x", "missing": None}),  # nothing numeric and finite
+    ]
+    metrics = rollout_metrics(runs, "train")
+    judged = {k: v for k, v in metrics.items() if k.startswith("train/judge/")}
+    assert judged == {
+        "train/judge/one_hop/correct": 0.5,  # the two finished runs that report it
+        "train/judge/two_hop/correct": 1.0,  # one run of the other kind: not diluted by the first kind
+        "train/judge/no_answer": pytest.approx(1 / 3),  # bools as 0/1, one `judge/`
+        "train/judge/rounds": 4.0,
+    }
+    assert judge_metrics([run({"judge/x": 3.0, "x": 1.0})], "val") == {"val/judge/x": 3.0}
+    assert judge_metrics([run({"x": float("inf")})], "val") == {}
+    assert judge_metrics([], "val") == {}

@@ -1,4 +1,5 @@
-"""Scores of a set of finished trajectories: reward mean/std, success rate, pass@k, tool use.
+"""Scores of a set of finished trajectories: reward mean/std, success rate, pass@k, tool use,
+and the means of what judges and workflows report in `Trajectory.metrics`.
 
 Shared by everything that reports on rollouts (the torch backbone's training
 and validation steps, `astuner eval`), so the numbers mean the same thing
@@ -30,7 +31,8 @@ def succeeded(trajectory: Trajectory) -> bool:
 
 
 def rollout_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str, float]:
-    """Reward mean/std, success, madness and error rates, response length, turns."""
+    """Reward mean/std, success, madness and error rates, response length, turns, then
+    `tool_metrics`, `agent_metrics` and `judge_metrics` under the same `prefix`."""
     n = max(len(trajectories), 1)
     scored = [r for t in trajectories if t.error is None and (r := scalar_reward(t)) is not None]
     mean = sum(scored) / len(scored) if scored else 0.0
@@ -46,7 +48,43 @@ def rollout_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str
         f"{prefix}/turns_mean": sum(len(t.calls) for t in trajectories) / n,
         **tool_metrics(trajectories, prefix),
         **agent_metrics(trajectories, prefix),
+        **judge_metrics(trajectories, prefix),
     }
+
+
+_JUDGE = "judge/"
+
+
+def judge_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str, float]:
+    """The mean of each number in `Trajectory.metrics` (what the judge's `JudgeOutput.metrics` and
+    the workflow's `WorkflowOutput.metrics` reported), under `<prefix>/judge/<name>`.
+
+    Each mean is over the runs that finished (no `error`) and report that name, so a metric one
+    kind of task reports is not diluted by the runs of the others. Bools count as 0/1; values
+    that are not numbers, or not finite, are left out of the mean. A name the judge already
+    wrote as `judge/<name>` keeps one `judge/`; a run reporting both `x` and `judge/x` counts
+    once, with its `judge/x`.
+    """
+    values: dict[str, list[float]] = {}
+    for t in trajectories:
+        if t.error is not None:
+            continue
+        reported: dict[str, float] = {}
+        for name, value in sorted(t.metrics.items(), key=lambda item: item[0].startswith(_JUDGE)):
+            number = _finite_number(value)
+            if number is not None:
+                reported[name.removeprefix(_JUDGE)] = number
+        for name, number in reported.items():
+            values.setdefault(name, []).append(number)
+    return {f"{prefix}/{_JUDGE}{name}": sum(v) / len(v) for name, v in sorted(values.items())}
+
+
+def _finite_number(value: object) -> float | None:
+    """`value` as a float when it is a bool, int or float and finite; None otherwise."""
+    if not isinstance(value, bool | int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
 
 
 def agent_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str, float]:
@@ -88,37 +126,53 @@ def _agent_reward(trajectory: Trajectory, name: str) -> float | None:
 def tool_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str, float]:
     """How the model used its tools, over the calls it generated for (`trainable` or not).
 
-    `tools_offered_rate`: share of replies to calls that offered tools;
-    `tool_call_rate`: share of replies holding at least one parsed tool call;
-    `tool_calls_parsed`: how many calls they hold; `tool_parse_failures`:
-    replies whose tool call did not parse;
+    A reply is a call that generated something (a stop reply with no tokens and no text is none).
+
+    `tools_offered_rate`: replies to calls that offered tools / replies;
+    `tool_calls_per_reply`: parsed tool calls / replies (a reply with two calls counts two);
+    `replies_with_tool_call`: replies holding at least one parsed tool call / replies;
+    `episodes_with_tool_call`: trajectories holding at least one parsed tool call / trajectories;
+    `tool_parse_failure_rate`: replies whose tool call did not parse / replies;
+    `tool_calls_parsed`: how many parsed tool calls the replies hold (a count, not a rate);
+    `tool_parse_failures`: how many replies' tool call did not parse (a count);
     `tool_calls_executed`: parsed calls answered by a `tool` message in a
-    later call of the same agent (the framework ran the tool);
-    `truncation_rate`: share of replies cut by the length budget.
+    later call of the same agent (the framework ran the tool; a count);
+    `truncation_rate`: replies cut by the length budget / replies.
+    Every rate is 0.0 when there is nothing to divide by.
     """
-    replies = offered = parsed = calls = failures = executed = truncated = 0
+    replies = offered = parsed = calls = failures = executed = truncated = episodes = 0
     for t in trajectories:
         answered: dict[str, set[str]] = {}
         for call in t.calls:
             ids = answered.setdefault(call.agent_name, set())
             ids.update(str(m.get("tool_call_id")) for m in call.messages if m.get("role") == "tool")
+        called = False
         for call in t.calls:
             if not call.response_ids and not call.text:
                 continue  # a stop reply: nothing was generated
             replies += 1
             offered += bool(call.tools)
             parsed += bool(call.tool_calls)
+            called = called or bool(call.tool_calls)
             calls += len(call.tool_calls)
             failures += call.tool_parse_error is not None
             truncated += call.finish_reason == "length"
             executed += sum(tc.id in answered[call.agent_name] for tc in call.tool_calls)
+        episodes += called
+
+    def share(count: int, total: int) -> float:
+        return count / total if total else 0.0
+
     return {
-        f"{prefix}/tools_offered_rate": offered / replies if replies else 0.0,
-        f"{prefix}/tool_call_rate": parsed / replies if replies else 0.0,
+        f"{prefix}/tools_offered_rate": share(offered, replies),
+        f"{prefix}/tool_calls_per_reply": share(calls, replies),
+        f"{prefix}/replies_with_tool_call": share(parsed, replies),
+        f"{prefix}/episodes_with_tool_call": share(episodes, len(trajectories)),
+        f"{prefix}/tool_parse_failure_rate": share(failures, replies),
         f"{prefix}/tool_calls_parsed": float(calls),
         f"{prefix}/tool_parse_failures": float(failures),
         f"{prefix}/tool_calls_executed": float(executed),
-        f"{prefix}/truncation_rate": truncated / replies if replies else 0.0,
+        f"{prefix}/truncation_rate": share(truncated, replies),
     }
 
 

@@ -72,7 +72,9 @@ def check_rollout(trajectory: Trajectory, prefix: str = "rollout") -> None:
     assert (trajectory.reward, trajectory.is_success) == (1.0, True)
 
     metrics = rollout_metrics([trajectory], prefix)
-    assert metrics[f"{prefix}/tool_call_rate"] == 1 / 3
+    assert metrics[f"{prefix}/replies_with_tool_call"] == metrics[f"{prefix}/tool_calls_per_reply"] == 1 / 3
+    assert metrics[f"{prefix}/episodes_with_tool_call"] == 1.0
+    assert metrics[f"{prefix}/tool_parse_failure_rate"] == 1 / 3
     assert metrics[f"{prefix}/tool_parse_failures"] == 1
     assert metrics[f"{prefix}/tool_calls_executed"] == 1
 
