@@ -454,3 +454,10 @@ def test_importance_weights_after_the_first_optimizer_step_use_the_weights_befor
     # weights would differ from 1 there.
     assert metrics["rollout_is_weight"] == pytest.approx(1.0, abs=1e-5)
     assert metrics["rollout_logprob_gap"] == pytest.approx(0.0, abs=1e-5)
+
+
+def test_a_policy_gradient_update_without_a_chosen_loss_says_so(tiny_model_dir: Path) -> None:
+    trainer = make_trainer(tiny_model_dir)
+    trainer.settings = replace(trainer.settings, policy_loss=None)
+    with pytest.raises(ValueError, match=r"UpdateSettings\.policy_loss"):
+        trainer.update(fixed_batch())
