@@ -16,12 +16,12 @@ from astuner.plugins import Plugins
 @pytest.mark.parametrize(
     ("key", "pattern", "label"),
     [
-        ("train/reward_mean", "{split}/reward_mean", "reward (mean)"),
-        ("val/reward_mean", "{split}/reward_mean", "reward (mean)"),
+        ("train/reward_mean", "{split}/reward_mean", "mean judge reward"),
+        ("val/reward_mean", "{split}/reward_mean", "mean judge reward"),
         ("validation/success_rate", "{split}/success_rate", "success rate"),
         ("eval/pass@8", "{split}/pass@{name}", "pass@8"),
         ("train/judge/one_hop/correct", "{split}/judge/{name}", "one_hop/correct"),
-        ("val/agent/alice/reward_mean", "{split}/agent/{name}/reward_mean", "alice: reward (mean)"),
+        ("val/agent/alice/reward_mean", "{split}/agent/{name}/reward_mean", "alice: mean judge reward"),
         ("actor/grad_norm", "actor/grad_norm", "gradient norm"),
         ("actor/alice/grad_norm", "actor/{name}/grad_norm", "alice: gradient norm"),
         ("train/tool_calls_per_reply", "{split}/tool_calls_per_reply", "tool calls per reply"),
@@ -137,7 +137,7 @@ def test_a_key_declared_twice_keeps_the_first(capsys: pytest.CaptureFixture[str]
     plugins = Plugins(load_entry_points=False)
     plugins.add(_plugin("again", register_metrics=register_metrics), name="again")
     metric = metric_catalog(plugins).lookup("train/reward_mean")
-    assert metric is not None and metric.label == "reward (mean)"
+    assert metric is not None and metric.label == "mean judge reward"
     assert "declares the metric '{split}/reward_mean' that another plugin declared" in capsys.readouterr().err
 
 

@@ -16,7 +16,7 @@ bounds; one that leads out reads exactly as one that does not exist.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
@@ -28,6 +28,7 @@ from astuner.algorithms import advantage_estimator
 from astuner.config_yaml import load_yaml
 from astuner.core.health import run_health
 from astuner.core.merge import merge_trajectory
+from astuner.core.metric_catalog import MetricCatalog, metric_catalog
 from astuner.core.tokenizer import BUILTIN_PREFIX, ChatTokenizer, load_tokenizer
 from astuner.core.trajectory import Sample, Trajectory
 from astuner.errors import ConfigError
@@ -194,15 +195,40 @@ class RunRecords:
         return [] if path is None else read_metrics(path)
 
     def health(self, rows: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
-        """Each health check the run's metrics crossed, at its first step: `check`, `step`, `text`.
+        """Each health check the run's metrics crossed: `check`, `step` (the first step it fired
+        at), `text` (its sentence there), `steps` (on how many steps it fired), `of` (how many
+        steps trained).
 
-        `rows` are the metrics rows already read (default: read them now),
-        so that a caller showing both sees the health of the rows it shows:
+        The checks are the health rules the installed plugins declare (the
+        kernel's among them). `rows` are the metrics rows already read
+        (default: read them now), so that a caller showing both sees the
+        health of the rows it shows:
 
             for warning in records.health():
-                print(f"step {warning['step']}: {warning['text']}")
+                print(f"{warning['check']} on {warning['steps']} of {warning['of']} steps: {warning['text']}")
         """
-        return run_health(self.metrics() if rows is None else rows)
+        return run_health(self.metrics() if rows is None else rows, _installed_catalog())
+
+    @staticmethod
+    def metric_declarations(keys: Iterable[str]) -> list[dict[str, Any]]:
+        """What each metric key means, as the installed plugins declare it, in declaration order.
+
+        Each entry: `key`, `label` (a person's name for it), `description`,
+        `unit`, `good` ("up", "down" or None), `group` (the chart section),
+        `split` (train, val, eval or None), `console`, `pattern` (the
+        declared key) and `health` (its check's name or None). Keys nothing
+        declares are left out:
+
+            for metric in RunRecords.metric_declarations(records.metrics()[-1]):
+                print(metric["label"], metric["unit"])
+        """
+        catalog = _installed_catalog()
+        found = []
+        for key in dict.fromkeys(keys):
+            metric = catalog.lookup(key)
+            if metric is not None:
+                found.append((catalog.metrics.index(metric), metric.resolve(key)))
+        return [resolved for _, resolved in sorted(found, key=lambda item: item[0])]
 
     def trajectory_files(self) -> list[Path]:
         """The run's rollout files: `step_<n>.jsonl` by step, then any other `.jsonl` (`debug`) by name.
@@ -344,6 +370,12 @@ class RunRecords:
 def _installed_plugins() -> Plugins:
     """Every installed plugin, for `what_trained` called without a run's plugins; loaded once."""
     return Plugins()
+
+
+@cache
+def _installed_catalog() -> MetricCatalog:
+    """The metrics every installed plugin declares, for records read outside a run; built once."""
+    return metric_catalog(_installed_plugins())
 
 
 def _sample(sample: Sample) -> dict[str, Any]:

@@ -35,7 +35,7 @@ def test_tensorboard_charts_are_laid_out_by_the_declarations(tmp_path: Path) -> 
     log.write(2, {"train/reward_mean": 0.6, "val/reward_mean": 0.4, "train/judge/one_hop/correct": 1.0})
     log.close()
     assert chart_layout(["val/reward_mean", "train/reward_mean", "my/own"], catalog) == {
-        "reward": {"reward (mean)": ["val/reward_mean", "train/reward_mean"]}
+        "reward": {"mean judge reward": ["val/reward_mean", "train/reward_mean"]}
     }
 
     events = EventAccumulator(str(tmp_path / "tb"))
@@ -47,7 +47,7 @@ def test_tensorboard_charts_are_laid_out_by_the_declarations(tmp_path: Path) -> 
         for category in layout.category
     }
     assert charts == {
-        "reward": {"reward (mean)": ["train/reward_mean", "val/reward_mean"]},
+        "reward": {"mean judge reward": ["train/reward_mean", "val/reward_mean"]},
         "actor": {"gradient norm": ["actor/grad_norm"]},
         "judge": {"one_hop/correct": ["train/judge/one_hop/correct"]},
     }

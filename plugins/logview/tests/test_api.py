@@ -214,7 +214,55 @@ def test_metrics_rows_with_nan_as_null_and_the_health_checks_they_cross(serve, r
     assert rows[4]["reward/mean"] == pytest.approx(0.5)
     (warning,) = metrics["health"]
     assert warning["check"] == "zero_advantage_groups" and warning["step"] == 3
+    assert (warning["steps"], warning["of"]) == (3, 5)
     assert "no learning signal" in warning["text"]
+
+
+def test_metrics_come_with_their_declarations_resolved(serve, tmp_path: Path, calc_run: Path) -> None:
+    """Each key's label, unit, direction and group as declared; a judge's metrics under "judge"."""
+    run = tmp_path / "root" / "judged" / "20260101-000000"
+    shutil.copytree(calc_run, run)
+    rows = [
+        {
+            "step": s,
+            "train/reward_mean": 0.25 * s,
+            "val/reward_mean": 0.2 * s,
+            "train/judge/one_hop/correct": 0.5,
+            "train/tool_parse_failure_rate": 0.1 if s == 2 else 0.0,
+            "timing/step_s": 3.0,
+            "mine/undeclared": 1.0,
+        }
+        for s in (1, 2, 3)
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    viewer = serve(tmp_path / "root")
+    answer = get(viewer, "/api/metrics", run="judged/20260101-000000").json()
+    by_key = {m["key"]: m for m in answer["metrics"]}
+    assert list(by_key) == [
+        "train/reward_mean",
+        "val/reward_mean",
+        "train/tool_parse_failure_rate",
+        "train/judge/one_hop/correct",
+        "timing/step_s",
+    ]  # in declaration order; the undeclared key left out
+    reward = by_key["val/reward_mean"]
+    assert (reward["label"], reward["good"], reward["group"], reward["split"]) == (
+        "mean judge reward",
+        "up",
+        "reward",
+        "val",
+    )
+    assert "reward" in reward["description"]
+    judge = by_key["train/judge/one_hop/correct"]
+    assert (judge["label"], judge["group"]) == ("one_hop/correct", "judge")
+    assert by_key["timing/step_s"]["unit"] == "s"
+    (warning,) = answer["health"]
+    assert (warning["check"], warning["step"], warning["steps"], warning["of"]) == (
+        "tool_parse_failure_rate",
+        2,
+        1,
+        3,
+    )
 
 
 @pytest.mark.parametrize(
@@ -375,7 +423,7 @@ def test_symlinked_files_inside_a_run_leading_out_of_the_root_are_not_served(
     assert page["steps"] == ["debug"] and page["total"] == 2 * len(TASKS)
     assert {item["file"] for item in page["items"]} == {"debug.jsonl"}
     assert get(viewer, "/api/trajectory", run=shown["id"], file="step_7.jsonl", line=0).status_code == 404
-    assert get(viewer, "/api/metrics", run=shown["id"]).json() == {"rows": [], "health": []}
+    assert get(viewer, "/api/metrics", run=shown["id"]).json() == {"rows": [], "metrics": [], "health": []}
     for name in ["notes.txt", "ssh/id_rsa", "config.yaml", "metrics.jsonl", "rollouts/step_7.jsonl"]:
         response = get(viewer, "/api/file", run=shown["id"], name=name)
         assert response.status_code == 404 and "SECRET" not in response.text, name

@@ -10,6 +10,7 @@ in `test-artifacts/`.
 from __future__ import annotations
 
 import colorsys
+import json
 import re
 import shutil
 from pathlib import Path
@@ -137,12 +138,45 @@ def test_metrics_charts(page, serve, record_root: Path) -> None:
     page.click("#tabs button[data-tab=metrics]")
     page.wait_for_selector(".chart")
     keys = page.eval_on_selector_all(".chart", "charts => charts.map(c => c.dataset.key)")
-    assert keys == ["reward/mean", "success/rate", "tokens/mean", "time/s", "train/zero_adv_group_frac"]
+    # the declared metric in its group first, then the keys nothing declares, as they come
+    assert keys == ["train/zero_adv_group_frac", "reward/mean", "success/rate", "tokens/mean", "time/s"]
     assert page.locator(".chart polyline").count() == 5
-    assert "step 3: 100% of the task groups" in page.locator(".health").inner_text()
+    health = page.locator(".health").inner_text()
+    assert "zero_advantage_groups, on 3 of 5 steps; first at step 3: 100% of the task groups" in health
     page.click("#tabs button[data-tab=config]")
     page.wait_for_selector("pre.file")
     assert "backbone: debug" in page.locator("pre.file").inner_text()
+
+
+def test_metrics_charts_are_grouped_by_their_declarations(
+    page, serve, tmp_path: Path, calc_run: Path
+) -> None:
+    run = tmp_path / "root" / "judged" / "20260101-000000"
+    shutil.copytree(calc_run, run)
+    rows = [
+        {
+            "step": s,
+            "train/reward_mean": 0.25 * s,
+            "val/reward_mean": 0.2 * s,
+            "train/judge/one_hop/correct": 0.5 * s,
+            "train/judge/two_hop/correct": 0.25,
+            "timing/step_s": 3.0,
+            "mine/undeclared": 1.0,
+        }
+        for s in (1, 2)
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    open_run(page, serve(tmp_path / "root").url, "calc")  # the run's config names experiment calc
+    page.click("#tabs button[data-tab=metrics]")
+    page.wait_for_selector(".chart")
+    titles = page.locator(".chart-group h4").all_inner_texts()
+    assert titles == ["reward", "judge metrics", "timing", "other"]
+    judge = page.locator(".chart-group[data-group=judge] .chart figcaption span:first-child")
+    assert judge.all_inner_texts() == ["one_hop/correct (last 1)", "two_hop/correct (last 0.2500)"]
+    val = page.locator(".chart[data-key='val/reward_mean'] figcaption")
+    assert val.inner_text().splitlines()[0] == "validation: mean judge reward (last 0.4000)"
+    assert "(higher is better)" in val.get_attribute("title")
+    assert "step time (last 3 s)" in page.locator(".chart[data-key='timing/step_s']").inner_text()
 
 
 def test_a_link_opens_the_trajectory(page, serve, record_root: Path, calc_run: Path) -> None:

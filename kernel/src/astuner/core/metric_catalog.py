@@ -17,7 +17,7 @@ segment, or, at the end of a pattern, for the rest of the key (a judge's
 `one_hop/correct` under `{split}/judge/{name}`):
 
     catalog = metric_catalog(plugins)
-    catalog.lookup("val/reward_mean").label  # "reward (mean)"
+    catalog.lookup("val/reward_mean").label  # "mean judge reward"
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class _ZeroForMissing(dict[str, float]):
 class Metric:
     """One declared metric (see the module docstring for `key`'s placeholders).
 
-    `label` is short and readable ("reward (mean)"; it may use `{name}`),
+    `label` is short and readable ("mean judge reward"; it may use `{name}`),
     `description` one or two sentences on what it measures, `unit` what its
     numbers count ("s", "tokens", "" for a share or plain number), `good`
     "up", "down" or None, `health` its `HealthRule`, `console` whether each

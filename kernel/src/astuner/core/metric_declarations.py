@@ -107,7 +107,7 @@ def _rollouts(register: RegisterMetric) -> None:
     group = "reward"
     register(
         "{split}/reward_mean",
-        label="reward (mean)",
+        label="mean judge reward",
         description="Mean reward of the scored trajectories (failed ones left out).",
         good="up",
         console=True,
@@ -251,7 +251,7 @@ def _agents_and_judges(register: RegisterMetric) -> None:
     group = "agents"
     register(
         "{split}/agent/{name}/reward_mean",
-        label="{name}: reward (mean)",
+        label="{name}: mean judge reward",
         description="The agent's own reward, over the runs the judge scored it in.",
         good="up",
         console=True,

@@ -11,7 +11,9 @@ Routes (all GET):
   judge scored agents), each with its agents and their rewards (`agent_rewards`).
 - `/api/trajectory?run=&file=&line=`: one trajectory: conversation, token samples, advantage, and
   per agent its calls, adapters, reward and advantages; each call and sample names its agent and adapter.
-- `/api/metrics?run=`: the rows of `metrics.jsonl`, and the health checks they crossed.
+- `/api/metrics?run=`: the rows of `metrics.jsonl`, each key's declaration (`metrics`: label,
+  description, unit, good, group; undeclared keys left out), and the health checks they
+  crossed, with on how many steps.
 - `/api/file?run=&name=`: a text file inside the run folder (`config.yaml`, `astuner.log`), its last MiB.
 
 Unknown runs, files and lines answer 404, and so does anything that

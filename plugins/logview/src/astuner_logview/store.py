@@ -212,10 +212,13 @@ class RecordStore:
         return view
 
     def metrics(self, run_id: str) -> dict[str, Any]:
-        """The rows of the run's `metrics.jsonl`, and the health checks they crossed."""
+        """The rows of the run's `metrics.jsonl`, what each of their keys means (as declared:
+        label, description, unit, good, group), and the health checks they crossed, with on how
+        many steps each did."""
         records = self.records(run_id)
         rows = records.metrics()
-        return {"rows": rows, "health": records.health(rows)}
+        keys = [key for row in rows for key in row if key != "step"]
+        return {"rows": rows, "metrics": RunRecords.metric_declarations(keys), "health": records.health(rows)}
 
     def run_file(self, run_id: str, name: str) -> Path:
         """A regular file inside the run folder and the root, resolved; else NotFound (`..`, links out)."""

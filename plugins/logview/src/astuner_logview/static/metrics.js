@@ -3,7 +3,7 @@
 
 // -------------------------------------------------------------- other tabs
 
-function chart(key, points) {
+function chart(key, points, meta) {
   const W = 320, H = 140, P = 28;
   const xs = points.map((p) => p[0]), ys = points.map((p) => p[1]);
   const [x0, x1] = [Math.min(...xs), Math.max(...xs)], [y0, y1] = [Math.min(...ys), Math.max(...ys)];
@@ -36,33 +36,27 @@ function chart(key, points) {
   add("text", { x: 2, y: H - P, class: "tick" }, fmt(y0, 3));
   add("text", { x: P, y: H - 8, class: "tick" }, `step ${x0}`);
   add("text", { x: W - P, y: H - 8, class: "tick", "text-anchor": "end" }, `${x1}`);
-  const caption = el("figcaption", { title: key },
-    el("span", { text: `${metricName(key)} (last ${fmt(ys[ys.length - 1], 4)})` }), el("span", { class: "key", text: key }));
-  return el("figure", { class: "chart", data: { key } }, caption, svg);
+  // The caption is the metric's declared label (a judge metric's: its name) and unit, the key under it;
+  // hovering it tells what the metric measures and which way is better.
+  return el("figure", { class: "chart", data: { key } }, caption(key, meta, ys[ys.length - 1]), svg);
 }
 
-// What a metric is, in words; the key stays under it.
-const METRIC_NAMES = {
-  "train/reward_mean": "mean judge reward", "reward/mean": "mean judge reward",
-  "train/reward_std": "judge reward spread (std)", "train/success_rate": "share of successful rollouts",
-  "success/rate": "share of successful rollouts", "train/error_rate": "share of rollouts that raised",
-  "train/madness_rate": "share of rollouts flagged by madness checks",
-  "train/zero_adv_group_frac": "share of groups with equal rewards (no signal)",
-  "train/response_tokens_mean": "mean reply tokens per call", "train/trained_tokens": "tokens trained",
-  "train/turns_mean": "mean model calls per rollout", "train/tool_call_rate": "share of rollouts calling a tool",
-  "train/tool_parse_failures": "tool calls that did not parse", "train/truncation_rate": "share of replies cut at the token limit",
-  "actor/entropy": "mean token entropy", "actor/grad_norm": "gradient norm (before clipping)",
-  "actor/clip_frac": "share of tokens clipped by PPO", "actor/logprob_gap": "|trainer - sampler| log-prob",
-  "actor/lr": "learning rate", "actor/loss": "loss", "actor/pg_loss": "policy-gradient loss",
-  "timing/step_s": "seconds per step", "timing/rollout_s": "seconds of rollouts", "timing/update_s": "seconds of update",
-  "rollout/prompt_tokens_reused_frac": "share of prompt tokens from stored keys and values",
-};
-
-function metricName(key) {
-  if (METRIC_NAMES[key]) return METRIC_NAMES[key];
-  const val = key.match(/^val(?:idation)?\/(.*)$/);
-  return val && METRIC_NAMES[`train/${val[1]}`] ? `validation: ${METRIC_NAMES[`train/${val[1]}`]}` : key;
+function caption(key, meta, last) {
+  if (!meta) {
+    return el("figcaption", { title: key },
+      el("span", { text: `${key} (last ${fmt(last, 4)})` }), el("span", { class: "key", text: key }));
+  }
+  const split = meta.split && meta.split !== "train" ? `${SPLIT_NAMES[meta.split] || meta.split}: ` : "";
+  const unit = meta.unit ? ` ${meta.unit}` : "";
+  const better = { up: " (higher is better)", down: " (lower is better)" }[meta.good] || "";
+  return el("figcaption", { title: `${meta.description}${better}\n${key}` },
+    el("span", { text: `${split}${meta.label} (last ${fmt(last, 4)}${unit})` }), el("span", { class: "key", text: key }));
 }
+
+const SPLIT_NAMES = { val: "validation", validation: "validation", eval: "eval", debug: "debug" };
+
+// A section per declared group, in the declarations' order; the judge's numbers as their own.
+const GROUP_TITLES = { judge: "judge metrics" };
 
 async function showStep(step) {
   // The step's rollout file, in the trajectory list (filter "step").
@@ -76,19 +70,31 @@ async function showStep(step) {
   await loadTrajectories();
 }
 
-const CHART_ORDER = [/reward/, /success/, /token|length|len/, /time|_s$|sec/];
+function groupCharts(series, declarations) {
+  const meta = new Map(declarations.map((d) => [d.key, d]));
+  const groups = new Map();
+  const place = (group, key) => {
+    if (!groups.has(group)) groups.set(group, []);
+    groups.get(group).push(key);
+  };
+  for (const d of declarations) if (series.has(d.key)) place(d.group || "other", d.key);
+  for (const key of series.keys()) if (!meta.has(key)) place("other", key);
+  return [...groups.entries()].map(([group, keys]) =>
+    el("section", { class: "chart-group", data: { group } },
+      el("h4", { text: GROUP_TITLES[group] || group }),
+      el("div", { class: "charts" }, keys.map((key) => chart(key, series.get(key), meta.get(key))))));
+}
 
-function chartRank(key) {
-  const i = CHART_ORDER.findIndex((re) => re.test(key));
-  return i < 0 ? CHART_ORDER.length : i;
+function healthLine(h) {
+  return `${h.check}, on ${h.steps} of ${h.of} steps; first at step ${h.step}: ${h.text}`;
 }
 
 async function renderMetrics() {
-  const { rows, health } = await api("metrics", { run: state.run });
+  const { rows, metrics, health } = await api("metrics", { run: state.run });
   const box = el("div", { class: "metrics" }, el("h3", { text: "Metrics" }));
   if (health.length) {
     box.append(el("div", { class: "health" }, el("strong", { text: "Health warnings" }),
-      el("ul", {}, health.map((h) => el("li", { text: `step ${h.step}: ${h.text}` })))));
+      el("ul", {}, health.map((h) => el("li", { text: healthLine(h) })))));
   }
   const series = new Map();
   rows.forEach((row, i) => {
@@ -103,8 +109,7 @@ async function renderMetrics() {
     box.append(el("p", { class: "muted", text: "No metrics.jsonl in this run (debug runs write none)." }));
     return box;
   }
-  const keys = [...series.keys()].sort((a, b) => chartRank(a) - chartRank(b) || a.localeCompare(b));
-  box.append(el("div", { class: "charts" }, keys.map((key) => chart(key, series.get(key)))));
+  box.append(...groupCharts(series, metrics));
   return box;
 }
 
