@@ -2,15 +2,18 @@ import asyncio
 
 import pytest
 
-from astuner.core.task import Task, WorkflowOutput
+from astuner.core.task import JudgeOutput, Task, WorkflowOutput
 from astuner.default_plugins.exact_judge import ExactJudge, ExactJudgeSettings
 
 
-def _judge(answer: str, **output: object) -> tuple[float, bool]:
+def _verdict(answer: str | None, **output: object) -> JudgeOutput:
     judge = ExactJudge(ExactJudgeSettings())
-    result = asyncio.run(
-        judge.judge(Task(task_id="t", metadata={"answer": answer}), WorkflowOutput(**output))
-    )
+    metadata = {} if answer is None else {"answer": answer}
+    return asyncio.run(judge.judge(Task(task_id="t", metadata=metadata), WorkflowOutput(**output)))
+
+
+def _judge(answer: str, **output: object) -> tuple[float, bool]:
+    result = _verdict(answer, **output)
     return result.reward, result.is_success
 
 
@@ -38,10 +41,17 @@ def test_response_text_and_its_last_boxed_answer() -> None:
 
 
 def test_no_answer_scores_zero() -> None:
-    judge = ExactJudge(ExactJudgeSettings())
-    result = asyncio.run(judge.judge(Task(task_id="t", metadata={"answer": "1"}), WorkflowOutput()))
+    result = _verdict("1")
     assert (result.reward, result.is_success) == (0.0, False)
-    assert result.metrics["judge/no_answer"] == 1.0
+    assert result.metrics == {"correct": 0.0, "no_answer": 1.0}
+    assert _verdict(None, response="1").metrics == {"correct": 0.0, "no_answer": 1.0}  # no reference
+
+
+def test_every_compared_run_reports_correct_and_no_answer() -> None:
+    """Reported on every run, so a step's mean is the share of runs, not 1.0 from the few that said so."""
+    assert _verdict("12", response="12").metrics == {"correct": 1.0, "no_answer": 0.0}
+    assert _verdict("12", response="13").metrics == {"correct": 0.0, "no_answer": 0.0}
+    assert _verdict("12", reward=1.0).metrics == {}  # the workflow's own reward: nothing compared
 
 
 def test_reward_from_the_workflow_is_honoured() -> None:

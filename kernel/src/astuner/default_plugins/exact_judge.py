@@ -5,6 +5,11 @@ response text, using its last `\\boxed{...}` when the whole text does not
 match), and the reference from the task's answer (GSM8K's `#### 42` form
 understood). Numbers compare numerically, so "1,234" equals "1234.0". A
 reward the workflow returned itself is honoured as is.
+
+Every run it compares reports the metrics `correct` and `no_answer` (0 or
+1; `no_answer` also when the task has no reference), so their means per
+step (`train/judge/correct`, ...) are shares of the compared runs. A run
+whose workflow returned its own reward reports neither: nothing was compared.
 """
 
 from __future__ import annotations
@@ -77,9 +82,10 @@ class ExactJudge:
             if boxed:
                 candidates.append(boxed[-1])
         if reference is None or not candidates:
-            return JudgeOutput(reward=0.0, is_success=False, metrics={"judge/no_answer": 1.0})
+            return JudgeOutput(reward=0.0, is_success=False, metrics={"correct": 0.0, "no_answer": 1.0})
         ok = any(self.matches(c, str(reference)) for c in candidates)
-        return JudgeOutput(reward=1.0 if ok else 0.0, is_success=ok)
+        metrics = {"correct": float(ok), "no_answer": 0.0}
+        return JudgeOutput(reward=1.0 if ok else 0.0, is_success=ok, metrics=metrics)
 
 
 @hookimpl
