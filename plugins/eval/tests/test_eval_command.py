@@ -51,6 +51,14 @@ async def exact(task, response):
 
 async def huge(task, response):
     return JudgeOutput(reward=1.7e308, is_success=True)  # finite, but a mean of two overflows
+
+
+async def counted(task, response):
+    right = (response or "").strip() == task["answer"]
+    metrics = {"correct": float(right), "judge/chars": float(len(response or ""))}
+    if not right:
+        metrics["wrong_zero"] = response == "0"  # reported by the wrong runs only
+    return JudgeOutput(reward=1.0 if right else 0.0, is_success=right, metrics=metrics)
 """
 
 
@@ -148,6 +156,34 @@ def test_k_samples_give_the_unbiased_pass_at_k(scripted: SimpleNamespace, workdi
     summary = json.loads((run / "eval_summary.json").read_text())
     assert summary["metrics"] == report.metrics and summary["tasks"] == 4 and summary["n_samples"] == 3
     assert json.loads((run / "metrics.jsonl").read_text())["eval/pass@3"] == 1.0
+
+
+def test_judge_metrics_are_averaged_into_the_summary_the_row_and_the_table(
+    scripted: SimpleNamespace, workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = write_project(
+        workdir, str(scripted.tokenizer_dir), judge="counted", rollout={"engine": "scripted"}
+    )
+    report = run_eval(load_config(conf), Runs(scripted.plugins), EvalOptions(n_samples=3, max_tasks=4))
+    # Each task: 3 runs, the second one right; the wrong ones answer "0".
+    answers = [t.metadata["task"]["metadata"]["answer"] for t in report.trajectories if t.is_success]
+    chars = (sum(map(len, answers)) + 8 * len("0")) / 12
+    expected = {"correct": pytest.approx(1 / 3), "chars": pytest.approx(chars), "wrong_zero": 1.0}
+    run = report.experiment.path
+    summary = json.loads((run / "eval_summary.json").read_text())
+    assert summary["judge_metrics"] == expected
+    assert summary["metrics"]["eval/judge/correct"] == pytest.approx(1 / 3)
+    (row,) = read_metrics(run / "metrics.jsonl")
+    assert {k: v for k, v in row.items() if k.startswith("eval/judge/")} == {
+        f"eval/judge/{name}": value for name, value in expected.items()
+    }
+    assert row["eval/tool_calls_per_reply"] == row["eval/episodes_with_tool_call"] == 0.0
+    assert "eval/tool_call_rate" not in row
+    astuner_eval.plugin.print_report(report)
+    shown = capsys.readouterr().out
+    assert re.search(r"judge: correct +│ 0\.3333", shown), shown
+    assert "judge: wrong_zero" in shown and "judge: chars" in shown
+    assert "tool calls per reply" not in shown  # the workflow offered no tools
 
 
 def test_one_sample_is_greedy_and_the_folder_has_what_the_log_viewer_lists(

@@ -13,6 +13,11 @@ the experiment `<experiment>_eval` so it never mixes with the training
 runs: `config.yaml` (the config's own backbone, the model actually
 evaluated), `rollouts/eval.jsonl` (every trajectory, for `astuner logview`),
 `metrics.jsonl` (one row, at the checkpoint's step) and `eval_summary.json`.
+
+What the judge (and the workflow) report in their `metrics` is averaged like
+in training (`eval/judge/<name>` among the flat metrics) and grouped again
+in the summary's `judge_metrics` (`{name: mean}`), so a script reads one
+judge's figures without parsing keys.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from astuner_eval.checkpoints import LATEST, latest_checkpoint, model_for_checkp
 
 SUMMARY_FILE = "eval_summary.json"
 ROLLOUT_FILE = "eval.jsonl"
+JUDGE_PREFIX = "eval/judge/"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,10 +89,16 @@ def eval_sampling(sampling: SamplingParams, n_samples: int, temperature: float |
 
 
 def eval_metrics(trajectories: Sequence[Trajectory], n_samples: int) -> dict[str, float]:
-    """`rollout_metrics` under `eval/`, plus `eval/pass@<n_samples>`."""
+    """`rollout_metrics` under `eval/` (judge metrics as `eval/judge/<name>`), plus
+    `eval/pass@<n_samples>`."""
     metrics = rollout_metrics(trajectories, "eval")
     metrics[f"eval/pass@{n_samples}"] = pass_at_k(trajectories, n_samples)
     return metrics
+
+
+def judge_means(metrics: Mapping[str, float]) -> dict[str, float]:
+    """The judge metrics among `metrics`, by the name the judge gave them (`eval/judge/x` as `x`)."""
+    return {k.removeprefix(JUDGE_PREFIX): v for k, v in metrics.items() if k.startswith(JUDGE_PREFIX)}
 
 
 def checkpoint_step(checkpoint: Path | None) -> int:
@@ -176,6 +188,7 @@ def _record(
         "n_samples": options.n_samples,
         "temperature": sampling.temperature,
         "metrics": metrics,
+        "judge_metrics": judge_means(metrics),
         "rollouts": str(experiment.rollouts / ROLLOUT_FILE),
     }
     summary_file = experiment.path / SUMMARY_FILE

@@ -89,6 +89,8 @@ def eval_command(runs: Runs) -> Callable[..., None]:
 
 
 def print_report(report: EvalReport) -> None:
+    """The scores as a table: reward, success, pass@k, errors, then tool use when tools were offered,
+    then each judge metric's mean (`judge: <name>`)."""
     from astuner_eval.evaluation import SUMMARY_FILE
 
     s, m = report.summary, report.metrics
@@ -105,6 +107,11 @@ def print_report(report: EvalReport) -> None:
     table.add_row("success rate", f"{m['eval/success_rate']:.4f}")
     table.add_row(f"pass@{s['n_samples']}", f"{m[report.pass_key]:.4f}")
     table.add_row("errors", f"{errors}/{len(report.trajectories)}")
+    if m.get("eval/tools_offered_rate"):
+        table.add_row("tool calls per reply", f"{m['eval/tool_calls_per_reply']:.4f}")
+        table.add_row("episodes with a tool call", f"{m['eval/episodes_with_tool_call']:.4f}")
+    for name, mean in s["judge_metrics"].items():
+        table.add_row(f"judge: {name}", f"{mean:.4f}")
     Console(width=160, highlight=False).print(table)
     typer.echo(f"trajectories: {s['rollouts']}")
     typer.echo(f"summary:      {report.experiment.path / SUMMARY_FILE}")
