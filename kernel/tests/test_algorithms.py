@@ -262,3 +262,15 @@ def test_an_installed_plugins_estimator_and_loss_are_found_by_the_lookups(third_
     assert chosen.loss_agg_mode == "seq-mean-token-sum" and chosen.settings.clip_high == 0.2
     assert algorithm_counterpart(plugins, "advantage_estimator", "halves", "trinity") == "halves_there"
     assert "pg" in algorithm_names(plugins, "policy_loss")
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [("register_policy_loss", "register_policy_losses"), ("register_metric", "register_metrics")],
+)
+def test_a_misspelled_hook_is_named_with_the_one_meant(typo: str, meant: str) -> None:
+    plugins = Plugins(load_entry_points=False)
+    plugins.add(type("Typo", (), {typo: hookimpl(lambda self, register: None)})(), name="typo")
+    info = next(i for i in plugins.infos() if i.name == "typo")
+    assert info.status == "invalid hook"
+    assert info.error == f"unknown hook '{typo}' (did you mean '{meant}'?)"
