@@ -29,7 +29,9 @@ ContextTracker and prints whether the token ids are equal (a `CHECK` line); it s
 (unless --allow-token-mismatch).
 
 Printed, one `STEP {json}` line per optimizer step (also OUT/steps.jsonl): step, reward (mean),
-tool_call_rate (episodes with at least one parsed tool call), calls_written_per_episode (parsed
+episodes_with_tool_call (episodes with at least one parsed tool call / episodes),
+tool_calls_per_reply (parsed tool calls / assistant replies), both as astuner's
+`astuner.core.metrics.tool_metrics` defines them, calls_written_per_episode (parsed
 calls, including a last reply's calls that are never run), calls_run_per_episode,
 tool_calls_per_episode and tool_failure_frequency (TRL's own `tools/call_frequency`: run calls per
 episode, and `tools/failure_frequency`: failed / run calls), failed_calls_per_episode,
@@ -226,10 +228,13 @@ class EpisodeStats:
         replies = [[m for m in c if m.get("role") == "assistant"] for c in completions]
         written = [sum(len(m.get("tool_calls") or []) for m in r) for r in replies]
         n = len(completions)
+        n_replies = sum(len(r) for r in replies)
         self.current = {
             "reward": sum(rewards) / n,
-            # episodes with a tool call TRL parsed (as astuner counts: any reply with tool calls)
-            "tool_call_rate": sum(w > 0 for w in written) / n,
+            # as astuner's tool_metrics: episodes holding a parsed call / episodes, and
+            # parsed calls / replies over the whole step (a reply with two calls counts two)
+            "episodes_with_tool_call": sum(w > 0 for w in written) / n,
+            "tool_calls_per_reply": sum(written) / n_replies if n_replies else 0.0,
             # parsed calls, including those of a last reply that TRL leaves unrun (as astuner counts)
             "calls_written_per_episode": sum(written) / n,
             "calls_run_per_episode": sum(len(r) for r in results) / n,

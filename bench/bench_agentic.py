@@ -22,11 +22,14 @@ cannot do these products by heart, so the reward measures tool use. The run:
    at temperature 1.0, the policy RL samples from) scores the base model, the warm start and both
    sides' checkpoints every --eval-every steps.
 
-Printed: per step for both sides, reward (mean over the step's rollouts), tool-call rate (episodes
-with at least one tool call), tool-call parse failures per episode, tool calls per episode, seconds
-per step; then validation reward and tool-call rate per checkpoint; then the reward gains and the
-ratio of seconds per step (TRL / astuner). One difference is TRL's by design: its
-`max_completion_length` (--max-tokens) bounds a whole episode, astuner's bounds each reply.
+Printed: per step for both sides, reward (mean over the step's rollouts), `episodes_with_tool_call`
+(share of episodes with at least one parsed tool call), `tool_calls_per_reply` (parsed tool calls /
+model replies), tool-call parse failures per episode, tool calls per episode, seconds per step; then
+the same figures of validation per checkpoint; then the reward gains and the ratio of seconds per
+step (TRL / astuner). Both tool-use figures are astuner's `tool_metrics` definitions, and TRL's side
+(agentic_trl.EpisodeStats) counts them the same way from its completions. One difference is TRL's
+by design: its `max_completion_length` (--max-tokens) bounds a whole episode, astuner's bounds each
+reply.
 
     .venv/bin/python bench/bench_agentic.py                       # 30 steps of 4 x 4; about an hour here
     .venv/bin/python bench/bench_agentic.py --steps 2 --eval-every 2 --val-tasks 4   # a smoke run
@@ -54,7 +57,7 @@ sys.path.insert(0, str(HERE))
 import trl_env  # noqa: E402
 from agentic_trl import task_module, write_tasks  # noqa: E402
 
-from astuner.core.metrics import scalar_reward  # noqa: E402
+from astuner.core.metrics import scalar_reward, tool_metrics  # noqa: E402
 from astuner.core.trajectory import Trajectory  # noqa: E402
 from astuner.record import read_trajectories  # noqa: E402
 
@@ -124,14 +127,17 @@ def line_value(output: str, label: str) -> str:
 
 
 def episode_figures(trajectories: list[Trajectory]) -> dict[str, float]:
-    """Reward, tool-call rate, parse failures and tool calls, per episode."""
+    """Reward, the two tool-use shares as astuner's runs report them (`tool_metrics`), and parse
+    failures and tool calls per episode."""
     n = max(len(trajectories), 1)
     rewards = [scalar_reward(t) or 0.0 for t in trajectories]
+    tools = tool_metrics(trajectories, "bench")
     return {
         "reward": sum(rewards) / n,
-        "tool_call_rate": sum(any(c.tool_calls for c in t.calls) for t in trajectories) / n,
-        "parse_failures": sum(sum(c.tool_parse_error is not None for c in t.calls) for t in trajectories) / n,
-        "calls_per_episode": sum(sum(len(c.tool_calls) for c in t.calls) for t in trajectories) / n,
+        "episodes_with_tool_call": tools["bench/episodes_with_tool_call"],
+        "tool_calls_per_reply": tools["bench/tool_calls_per_reply"],
+        "parse_failures": tools["bench/tool_parse_failures"] / n,
+        "calls_per_episode": tools["bench/tool_calls_parsed"] / n,
     }
 
 
@@ -174,7 +180,8 @@ def trl_steps(out: Path) -> list[dict[str, float]]:
     return [
         {
             "reward": r["reward"],
-            "tool_call_rate": r["tool_call_rate"],
+            "episodes_with_tool_call": r["episodes_with_tool_call"],
+            "tool_calls_per_reply": r["tool_calls_per_reply"],
             "parse_failures": r["parse_failures_per_episode"],
             "calls_per_episode": r["calls_written_per_episode"],
             "step_s": r["step_s"],
@@ -209,8 +216,8 @@ def while_both_ran(
 
 def fmt(row: dict[str, float]) -> str:
     return (
-        f"{row['reward']:6.3f} {row['tool_call_rate']:6.3f} {row['parse_failures']:6.3f} "
-        f"{row['calls_per_episode']:6.2f} {row.get('step_s', float('nan')):7.1f}"
+        f"{row['reward']:6.3f} {row['episodes_with_tool_call']:6.3f} {row['tool_calls_per_reply']:6.3f} "
+        f"{row['parse_failures']:6.3f} {row['calls_per_episode']:6.2f} {row.get('step_s', float('nan')):7.1f}"
     )
 
 
@@ -220,17 +227,24 @@ def report(
     evals: dict[str, dict],
     args: argparse.Namespace,
 ) -> None:
-    head = "reward  tools  parse  calls  s/step"
+    head = "reward ep_w/c call/r  parse  calls  s/step"
     print(f"\nper training step ({args.prompts} prompts x {args.generations} samples, temperature 1.0)")
+    print(
+        "ep_w/c: episodes_with_tool_call (episodes with a parsed tool call / episodes); "
+        "call/r: tool_calls_per_reply (parsed calls / replies); parse, calls: per episode"
+    )
     print(f"step | astuner: {head} | TRL: {head}")
     for step, (a, t) in enumerate(zip(ours, theirs, strict=False), 1):
         print(f"{step:4d} | {'':9}{fmt(a)} | {'':5}{fmt(t)}")
     print(
         f"\nvalidation (first {args.val_tasks} problems x {args.val_samples} samples at temperature 1.0): "
-        "reward, tool-call rate, calls per episode"
+        "reward, episodes_with_tool_call, tool_calls_per_reply, calls per episode"
     )
     for name, e in evals.items():
-        print(f"  {name:<16} {e['reward']:6.3f} {e['tool_call_rate']:6.3f} {e['calls_per_episode']:6.2f}")
+        print(
+            f"  {name:<16} {e['reward']:6.3f} {e['episodes_with_tool_call']:6.3f} "
+            f"{e['tool_calls_per_reply']:6.3f} {e['calls_per_episode']:6.2f}"
+        )
     start = evals["warm start"]["reward"]
     last = args.steps
     gain_a = evals.get(f"astuner step {last}", {}).get("reward", float("nan")) - start
