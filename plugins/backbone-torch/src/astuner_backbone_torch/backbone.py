@@ -27,6 +27,7 @@ from transformers import set_seed
 from astuner.api import AstunerError, ConfigError, Task, Trajectory, get_logger
 from astuner.training import (
     AstunerConfig,
+    ChosenLoss,
     Estimator,
     HealthMonitor,
     MergeReport,
@@ -39,9 +40,12 @@ from astuner.training import (
     append_trajectories,
     build_reader,
     compute_advantages,
+    console_fields,
     main_engine_model,
     merge_trajectory,
+    metric_catalog,
     plugin_settings,
+    policy_loss,
     refuse_agent_adapters,
     rollout_stack,
     sampling_from_config,
@@ -130,7 +134,9 @@ class TorchBackbone:
                 "rollout.engine: transformers (or auto)",
                 "each agent's calls form a group of their own",
             )
+        # The algorithm is checked before anything loads: a misspelt name fails in a second.
         estimator = chosen_estimator(config, ctx.plugins)
+        loss = policy_loss(ctx.plugins, config.trainer_common)
         quiet_transformers()
         if settings.num_threads:
             torch.set_num_threads(settings.num_threads)
@@ -138,12 +144,18 @@ class TorchBackbone:
         # The workflow loads before the model: its trainable_targets decide which adapters train.
         parts = RolloutParts.build(config, ctx.plugins, reader)
         try:
-            await self._train(ctx, reader, parts, estimator, on_vllm)
+            await self._train(ctx, reader, parts, estimator, loss, on_vllm)
         finally:
             await parts.aclose()
 
     async def _train(
-        self, ctx: RunContext, reader: Any, parts: RolloutParts, estimator: Estimator, on_vllm: bool
+        self,
+        ctx: RunContext,
+        reader: Any,
+        parts: RolloutParts,
+        estimator: Estimator,
+        loss: ChosenLoss,
+        on_vllm: bool,
     ) -> None:
         """The run itself, on the workflow, judge and checks of `parts`."""
         config, experiment, settings = ctx.config, ctx.experiment, self.settings
@@ -170,7 +182,7 @@ class TorchBackbone:
             weights=checkpoint.path if checkpoint else None,
             need_generator=not on_vllm,
         )
-        trainer = PolicyTrainer(policy, update_settings(config, settings, ctx.plugins))
+        trainer = PolicyTrainer(policy, update_settings(config, settings, loss))
         if t.save_freq <= total:  # before any work: the disk must hold at least one checkpoint
             ensure_space(experiment.checkpoints, checkpoint_size(policy))
         start = 0
@@ -179,17 +191,18 @@ class TorchBackbone:
             log.info("resumed", checkpoint=str(checkpoint.path), step=start)
         engine = await self._rollout_engine(ctx, policy, start)
         tensorboard = experiment.path / "tensorboard" if "tensorboard" in t.logger else None
-        metrics_log = MetricsLog(experiment.metrics_file, tensorboard)
+        catalog = metric_catalog(ctx.plugins)
+        metrics_log = MetricsLog(experiment.metrics_file, tensorboard, catalog)
         sampling = sampling_from_config(config.rollout)
         validation = validation_settings(config)
-        health = HealthMonitor()
+        health = HealthMonitor(catalog)
         try:
             async with rollout_stack(config, ctx.plugins, engine=engine, parts=parts) as runner:
                 if t.val_before_train and start == 0 and val_tasks:
                     began = time.perf_counter()
                     val_metrics, _ = await validate(runner, val_tasks, validation, experiment, 0)
                     metrics_log.write(0, {**val_metrics, "timing/val_s": time.perf_counter() - began})
-                    log.info("validation", step=0, **_brief(val_metrics))
+                    log.info("validation", step=0, **console_fields(val_metrics, catalog))
                 for step in range(start + 1, total + 1):
                     began = time.perf_counter()
                     tasks = stream.next_batch()
@@ -224,8 +237,8 @@ class TorchBackbone:
                         metrics["timing/save_s"] = time.perf_counter() - saving
                     metrics["timing/step_s"] = time.perf_counter() - began
                     metrics_log.write(step, metrics)
-                    log.info("step", step=step, of=total, **_brief(metrics))
-                    health.observe(f"step {step}", metrics)
+                    crossed = health.observe(f"step {step}", metrics)
+                    log.info("step", step=step, of=total, **console_fields(metrics, catalog, crossed))
         finally:
             metrics_log.close()
             await engine.aclose()
@@ -337,23 +350,6 @@ def _tasks(tasks: Any, split: str, reader: str) -> list[Task]:
     if not out:
         raise AstunerError(f"The {split} split of reader '{reader}' is empty: nothing to train on.")
     return out
-
-
-def _brief(metrics: dict[str, float]) -> dict[str, float]:
-    keep = (
-        "reward_mean",
-        "success_rate",
-        "pass@",
-        "actor/loss",
-        "actor/kl",
-        "grad_norm",
-        "step_s",
-        "train/tool_call_rate",
-        "train/tool_parse_failures",
-        "win_rate",
-        "response_tokens_mean",
-    )
-    return {k: round(v, 4) for k, v in metrics.items() if any(part in k for part in keep)}
 
 
 def checkpoint_size(policy: Policy) -> int:

@@ -17,9 +17,8 @@ from typing import Any
 from astuner.training import (
     AgentPlan,
     AstunerConfig,
-    Plugins,
+    ChosenLoss,
     agent_plan,
-    policy_loss,
     runner_settings_from_config,
     sampling_from_config,
 )
@@ -53,14 +52,12 @@ class SftRun:
     keep_last_checkpoints: int | None
 
 
-def update_settings(config: AstunerConfig, settings: TorchSettings, plugins: Plugins) -> UpdateSettings:
+def update_settings(config: AstunerConfig, settings: TorchSettings, loss: ChosenLoss) -> UpdateSettings:
     """An RL update's settings: `trainer_common` (optimizer, the policy loss, KL, batching, rollout
     correction), the sampling temperature of `rollout`, and this backbone's `torch:` knobs.
 
-    The policy loss is the one `trainer_common.algorithm.policy_loss` names
-    among `plugins`' registrations, with its clip range and aggregation
-    (the user's, else the loss's defaults); an unknown name or invalid
-    `policy_loss_args` is a ConfigError naming the key.
+    `loss` is the policy loss `trainer_common.algorithm.policy_loss` chose
+    (`astuner.training.policy_loss`), with its clip range and aggregation.
     """
     t = config.trainer_common
     correction = t.algorithm.rollout_correction
@@ -71,7 +68,7 @@ def update_settings(config: AstunerConfig, settings: TorchSettings, plugins: Plu
         # Log-probs are of the distribution that was sampled from: logits / T, T each call's
         # recorded one (`batching.token_temperatures`); this one for calls recorded without it.
         temperature=config.rollout.temperature or 1.0,
-        policy_loss=policy_loss(plugins, t),
+        policy_loss=loss,
         use_kl_loss=t.use_kl_loss and t.kl_loss_coef > 0,
         kl_loss_coef=t.kl_loss_coef,
         kl_loss_type=t.kl_loss_type,
