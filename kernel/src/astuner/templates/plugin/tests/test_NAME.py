@@ -65,6 +65,8 @@ def test_settings_change_the_field_case_and_rewards(registered: Plugins) -> None
 def test_no_reference_is_a_wrong_answer_and_counted(registered: Plugins) -> None:
     result = verdict(registered, "x", "x", answer_field="solution")
     assert result.reward == 0.0 and result.metrics == {"judge/no_answer": 1.0}
+    answered = verdict(registered, "Paris", "Lyon")
+    assert answered.metrics == {"judge/no_answer": 0.0}
 
 
 def test_a_misspelled_setting_is_refused(registered: Plugins) -> None:

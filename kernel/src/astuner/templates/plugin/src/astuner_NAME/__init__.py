@@ -49,7 +49,11 @@ class ContainsAnswerJudge:
             return JudgeOutput(reward=s.reward_wrong, is_success=False, metrics={"judge/no_answer": 1.0})
         word = rf"(?<!\w){re.escape(str(reference).strip())}(?!\w)"
         found = re.search(word, text, 0 if s.case_sensitive else re.IGNORECASE) is not None
-        return JudgeOutput(reward=s.reward_correct if found else s.reward_wrong, is_success=found)
+        return JudgeOutput(
+            reward=s.reward_correct if found else s.reward_wrong,
+            is_success=found,
+            metrics={"judge/no_answer": 0.0},  # reported on every run, so its mean is a share
+        )
 
 
 @hookimpl
