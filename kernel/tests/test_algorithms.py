@@ -141,7 +141,9 @@ def test_policy_loss_args_are_checked_against_the_losss_settings(plugins: Plugin
     assert tuned.settings.options == LossArgs(beta=2.0)
     assert policy_loss(plugins, _trainer("algorithm.policy_loss=tuned")).settings.options == LossArgs()
     with pytest.raises(
-        ConfigError, match=r"trainer_common\.algorithm\.policy_loss_args\.gamma: Extra inputs"
+        ConfigError,
+        match=r"trainer_common\.algorithm\.policy_loss_args\.gamma: policy loss 'tuned' has no such"
+        r" setting\. .*one it takes: beta\.$",
     ):
         policy_loss(plugins, _trainer("algorithm.policy_loss=tuned", "algorithm.policy_loss_args.gamma=2"))
     with pytest.raises(

@@ -225,6 +225,12 @@ def _loss_options(reg: Registration, args: Mapping[str, Any]) -> Any:
     except ValidationError as exc:
         error = exc.errors()[0]
         key = ".".join([LOSS_ARGS_KEY, *map(str, error["loc"])])
+        if error["type"] == "extra_forbidden":
+            takes = ", ".join(reg.settings.model_fields) or "(none)"
+            raise ConfigError(
+                f"{key}: policy loss '{reg.name}' has no such setting. "
+                f"Remove it, or use one it takes: {takes}."
+            ) from None
         raise ConfigError(
             f"{key}: {error['msg']} (got {error['input']!r}); policy loss '{reg.name}' reads it."
         ) from None
