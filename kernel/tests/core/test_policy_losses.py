@@ -145,3 +145,14 @@ def test_a_wild_log_ratio_stays_finite(loss_fn) -> None:
     loss, clipped = loss_fn(new, old, adv, torch.ones(1, 2), Clip(0.2, 0.28))
     assert torch.isfinite(loss).all() and torch.isfinite(clipped).all()
     assert torch.isfinite(grad_of_sum(loss, new)).all()
+
+
+def test_gspo_clips_a_sequence_whole_even_beside_a_large_log_prob() -> None:
+    # log s = 3.9977e-4, just inside the paper's 4e-4 ceiling; in float32, `log s + logp` at
+    # logp = -17.3 rounds by ~1e-6, which would clip that token's ratio and not its neighbour's.
+    logprobs = torch.tensor([[-0.05, -17.3]], requires_grad=True)
+    old = logprobs.detach() - torch.tensor([[4.0090547e-4, 3.9907233e-4]])
+    loss, clipped = gspo_loss(logprobs, old, torch.ones(1, 2), torch.ones(1, 2), Clip(3e-4, 4e-4))
+    assert clipped.tolist() == [[0.0, 0.0]]
+    assert float(loss[0, 0]) == float(loss[0, 1])
+    assert torch.allclose(grad_of_sum(loss, logprobs), loss.detach())

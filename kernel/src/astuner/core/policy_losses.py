@@ -118,7 +118,10 @@ def gspo_loss(
     lengths = mask.sum(-1, keepdim=True).clamp(min=1.0)
     sequence_log_ratio = (token_log_ratio.sum(-1, keepdim=True) / lengths).detach()
     sequence_log_ratio = sequence_log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
-    ratio = (sequence_log_ratio + logprobs - logprobs.detach()).exp()
+    # `logprobs - sg[logprobs]` first: it is exactly 0, so every token's value is `log s_i` to the last bit.
+    # Adding `log s_i` (~1e-4) to a log-prob (~-17) first rounds it by ~1e-6, per token: near GSPO's
+    # 4e-4 ceiling one token of a sequence would be clipped and the next not.
+    ratio = (logprobs - logprobs.detach() + sequence_log_ratio).exp()
     return _clipped_surrogate(ratio, advantages, settings)
 
 
