@@ -208,7 +208,7 @@ class MetricCatalog:
         return [m.as_json() for m in self.metrics]
 
 
-def _register_into(staged: list[Metric], plugin_name: str) -> RegisterMetric:
+def _register_into(staged: list[Metric]) -> RegisterMetric:
     def register(
         key: str,
         *,
@@ -244,7 +244,7 @@ def collect_metrics(hooks: Iterable[tuple[str, Callable[..., Any]]]) -> MetricCa
     for plugin_name, function in hooks:
         staged: list[Metric] = []
         try:
-            function(register=_register_into(staged, plugin_name))
+            function(register=_register_into(staged))
         except Exception as exc:  # one plugin's mistake must not hide every metric's meaning
             get_logger().warning(
                 f"Plugin '{plugin_name}' failed to declare its metrics ({type(exc).__name__}: {exc}); "
