@@ -207,7 +207,8 @@ class RunLifecycle:
         """On how many steps each health check fired, read back from the run's `metrics.jsonl`.
 
         Read from the file rather than asked of the backbone, so every
-        backbone's runs (and `astuner eval`'s) get them.
+        backbone's runs get them. The checks read training steps (`train/`,
+        `actor/`): a run without any (`astuner eval`, `astuner sft`) has none.
         """
         from astuner.core.health import health_lines
         from astuner.core.metric_catalog import metric_catalog
