@@ -295,8 +295,9 @@ def register_policy_losses(register: Register) -> None:
     generated tokens), and `settings` is an `astuner.training.PolicyLossSettings`
     (`clip_low`, `clip_high`, `options`). The trainer aggregates
     `per_token_loss` over the step (`trainer_common.loss_agg_mode`) and
-    reports the masked mean of `clipped` (1.0 where clipping took the
-    gradient away) as `actor/clip_frac`. Chosen by
+    reports the masked mean of `clipped` (1.0 where the clip acted: PPO's
+    took the token's gradient away, CISPO's capped its weight) as
+    `actor/clip_frac`. Chosen by
     `trainer_common.algorithm.policy_loss`. With `settings=` a pydantic model,
     `trainer_common.algorithm.policy_loss_args` is validated against it and
     reaches the loss as `settings.options`. `defaults` gives the values of
