@@ -358,7 +358,14 @@ _ACTOR: tuple[tuple[str, str, str, str, str | None], ...] = (
     ("kl", "KL to the reference", "Mean per-token KL penalty against the reference model.", "", None),
     ("grad_norm", "gradient norm", "Largest gradient norm of the step's optimizer steps.", "", None),
     ("lr", "learning rate", "The learning rate the step ran at.", "", None),
-    ("clip_frac", "clipped tokens", "Share of tokens whose gradient the clip took away.", "", None),
+    (
+        "clip_frac",
+        "clipped tokens",
+        "Share of trained tokens where the policy loss's clip acted (PPO, DAPO, GSPO: the gradient was "
+        "taken away; CISPO: the importance weight was capped).",
+        "",
+        None,
+    ),
     ("entropy", "entropy", "Mean per-token entropy of the policy.", "nats", None),
     ("nll", "negative log-likelihood", "Mean per-token negative log-likelihood.", "nats", "down"),
     (
@@ -405,7 +412,7 @@ _ACTOR: tuple[tuple[str, str, str, str, str | None], ...] = (
         None,
     ),
 )
-_ACTOR_CONSOLE = {"loss", "kl", "grad_norm"}
+_ACTOR_CONSOLE = {"loss", "kl", "grad_norm", "clip_frac"}
 _ACTOR_HEALTH = {"logprob_gap": LOGPROB_GAP, "rollout_logprob_gap": ROLLOUT_LOGPROB_GAP}
 
 
