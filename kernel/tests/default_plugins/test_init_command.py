@@ -92,6 +92,28 @@ def test_scaffold_names_files_after_the_project_and_loads(
     assert judge is not None
 
 
+# The tool each template's agent offers; a 135M model writes no call without a worked example.
+TEMPLATE_TOOLS = {"math": "calculate", "openai": "submit_answer"}
+
+
+@pytest.mark.parametrize("template", sorted(TEMPLATE_TOOLS))
+def test_templates_with_a_tool_show_the_model_a_call_of_it(template: str, workdir: Path) -> None:
+    name = f"demo_{template}"
+    result = CliRunner().invoke(make_app(Plugins()), ["init", name, "--template", template])
+    assert result.exit_code == 0, result.output
+    config = load_config(workdir / name / f"{name}.yaml")
+    called = [
+        call["function"]["name"]
+        for message in config.model.tool_demonstration
+        for call in message.get("tool_calls") or []
+    ]
+    tool = TEMPLATE_TOOLS[template]
+    assert len(called) == 2 and set(called) == {tool}
+    assert f"{tool}" in (workdir / name / f"{name}_workflow.py").read_text()
+    answered = [m for m in config.model.tool_demonstration if m["role"] == "tool"]
+    assert [m["name"] for m in answered] == [tool, tool]
+
+
 def test_names_that_are_not_identifiers_or_are_keywords_are_refused() -> None:
     for bad in ("class", "a" * 65, "", "with space"):
         with pytest.raises(AstunerError, match="project"):
