@@ -18,7 +18,7 @@ from astuner.cli import make_app
 from astuner.config import load_config
 from astuner.config_show import annotated_yaml
 from astuner.errors import ConfigError, PluginError
-from astuner.logs import configure_logging
+from astuner.logs import configure_logging, forget_warnings
 from astuner.plugins import Plugins, resolve_import_string
 
 SEED_CONFIG = """\
@@ -410,3 +410,34 @@ def test_a_missing_module_names_every_place_searched(
     message = str(err.value)
     assert "Cannot import module 'compat_no_such_module'" in message
     assert f"{tmp_path.resolve()}; {conf_dir.resolve()}; the installed packages" in message
+
+
+# ------------------------------------------------------------------ what the "not used" notice is for
+
+
+def test_commands_that_run_no_backbone_say_nothing_of_unused_keys(workdir: Path, capsys) -> None:
+    """`data preview` and `config show` of the config `init` writes run nothing: no "Not used" notice.
+
+    Every installed plugin: the training backbones declare what they read.
+    """
+    app = make_app(Plugins())
+    assert CliRunner().invoke(app, ["init", "demo"]).exit_code == 0
+    configure_logging()  # on the runner's stderr while it runs
+    conf = ["--conf", "demo/demo.yaml"]
+    for args in (["data", "preview", *conf], ["config", "show", *conf]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        assert "Not used on backbone" not in result.stderr, args
+    forget_warnings()
+    asked = CliRunner().invoke(app, ["config", "show", *conf, "--backbone", "debug"])
+    assert "Not used on backbone 'debug': data.train_batch_size" in asked.stderr  # a backbone asked for
+
+
+def test_keys_another_backbone_reads_are_no_old_spelling(tmp_path: Path, capsys) -> None:
+    """A `debug:` block on a torch run is named, but not sent to the page of the tutorials' spellings."""
+    notices = listen(capsys)
+    path = write(tmp_path, "both.yaml", "astuner:\n  debug:\n    debug_first_n_tasks: 4\n")
+    load_config(path, environ={}, backbone="torch")
+    (line,) = [text for text in notices().splitlines() if "Not used on backbone" in text]
+    assert "Not used on backbone 'torch': debug: block." in line
+    assert "coming-from-the-tutorials" not in line

@@ -91,11 +91,19 @@ def handle_user_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _load(plugins: Plugins, conf: Path, overrides: list[str] | None, backbone: str | None) -> AstunerConfig:
+def _load(
+    plugins: Plugins,
+    conf: Path,
+    overrides: list[str] | None,
+    backbone: str | None,
+    *,
+    for_training: bool = True,
+) -> AstunerConfig:
+    """The checked config; `for_training=False` where no backbone runs (no notice of keys it ignores)."""
     from astuner.components import check_plugin_blocks
     from astuner.config import load_config
 
-    config = load_config(conf, overrides or [], backbone=backbone, plugins=plugins)
+    config = load_config(conf, overrides or [], backbone=backbone, for_training=for_training, plugins=plugins)
     plugins.check_conflicts()
     check_plugin_blocks(config, plugins)
     return config
@@ -255,7 +263,8 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
         from astuner.config_show import annotated_yaml
         from astuner.protocols import DescribesEngineConfig
 
-        config = _load(plugins, conf, override, backbone)
+        # Which keys a backbone ignores is news only when one was asked for.
+        config = _load(plugins, conf, override, backbone, for_training=backbone is not None)
         typer.echo(annotated_yaml(config), nl=False)
         if backbone:
             runner = build_backbone(config, plugins)
@@ -283,7 +292,7 @@ def make_app(plugins: Plugins | None = None) -> typer.Typer:
 
         if split not in ("train", "validation"):
             raise AstunerError(f"--split must be 'train' or 'validation', not '{split}'.")
-        config = _load(plugins, conf, override, None)
+        config = _load(plugins, conf, override, None, for_training=False)
         reader = build_reader(config, plugins)
         tasks = list(itertools.islice(reader.read(split), n))  # type: ignore[arg-type]
         table = Table("task_id", "query", "answer", title=f"{config.task_reader.type} · {split}")

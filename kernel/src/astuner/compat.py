@@ -11,7 +11,8 @@ ever an error, except two spellings of one key that disagree.
 
 `unused_on_backbone()` lists the keys a user set that the chosen backbone
 never reads (a `trinity:` block on `--backbone debug`, vLLM sizes on the
-torch trainer), so a seed config runs everywhere and says what it ignored.
+torch trainer), so a seed config runs everywhere and says what it ignored;
+`notify_unused()` says so without the migration page: such keys are today's.
 `switched_on_notifiers()` names the notifiers the seeds turn on from the
 environment (`PHONE_NUMBERS`: `sms`, from the plugin astuner-notify).
 
@@ -175,6 +176,18 @@ def unused_on_backbone(
     return sorted(unused)
 
 
+def notify_unused(keys: Iterable[str], backbone: str, known: Declared, engine: str = "auto") -> None:
+    """Say once which of the `keys` a user set `backbone` never reads (see `unused_on_backbone`).
+
+    Such a key is no old spelling (a `debug:` block on a torch run is the debug
+    backbone's today), so the line does not send the user to the migration page.
+    """
+    unused = unused_on_backbone(keys, backbone, known, engine)
+    if unused:
+        text = f"Not used on backbone '{backbone}': {', '.join(unused)}."
+        warn_once(text, text)
+
+
 def switched_on_notifiers(notify: Mapping[str, Any], plugins: Plugins) -> dict[str, str]:
     """Notifier -> the seeds' variable that turns it on, for each variable set whose notifier has no block.
 
@@ -234,7 +247,8 @@ def judge_input_dictionary(workflow_task: WorkflowTask, output: WorkflowOutput) 
 
 
 def emit_notices(notices: Iterable[str]) -> None:
-    """Warn about each notice once per process: a run loads its config more than once."""
+    """Warn about each old-spelling notice once per process (a run loads its config more than once),
+    pointing to the page of the tutorials' spellings."""
     for text in notices:
         warn_once(text, f"{text} See {DOCS}.")
 

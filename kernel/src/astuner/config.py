@@ -164,8 +164,9 @@ def load_config(
 ) -> AstunerConfig:
     """Load, merge and validate a config; raise `ConfigError` with a readable reason.
 
-    `for_training=False` (`astuner eval`) skips the notice of keys the
-    backbone never reads: an evaluation reads none of the training keys.
+    `for_training=False` skips the notice of keys the backbone never reads,
+    for a command that runs no backbone's training: `astuner eval` reads none
+    of the training keys, `data preview` and `config show` run nothing.
 
     The Python API (`astuner.tune()`) adds two layers: `defaults`, laid under
     the file (its objects' default values), and `arguments`, laid over the
@@ -223,12 +224,9 @@ def load_config(
     if config.experiment_name == "read_yaml_name":
         config.experiment_name = source.stem if source is not None else "default"
         config._origins.computed["experiment_name"] = "read_yaml_name: the config file's name"
-    unused = compat.unused_on_backbone(
-        config._origins.explicit_keys(), config.backbone, known, config.rollout.engine
-    )
-    if unused and for_training:
-        notices.append(f"Not used on backbone '{config.backbone}': {', '.join(unused)}.")
     compat.emit_notices(notices)
+    if for_training:
+        compat.notify_unused(config._origins.explicit_keys(), config.backbone, known, config.rollout.engine)
     return config
 
 
