@@ -199,6 +199,7 @@ def run_sft(run: SftRun, settings: TorchSettings, source: Path, experiment: Expe
         plan=run.plan,
         need_reference=False,
         weights=checkpoint.path if checkpoint else None,
+        need_generator=False,  # fine-tuning generates nothing: no rollout copy, no dtype probe
     )
     trainer = PolicyTrainer(policy, run.update)
     start = _restore(checkpoint, trainer, stream, data) if checkpoint else 0
