@@ -226,3 +226,39 @@ def test_plugins_list_shows_brackets_in_errors_verbatim(plugins: Plugins) -> Non
     plugins.add(SimpleNamespace(register_judges=hookimpl(register_judges)), name="needs_extra")
     result = invoke(make_app(plugins), "plugins", "list")
     assert "pip install 'pkg[engine]'" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("command", "package"), [("sft", "backbone-torch"), ("envservice", "judge-envservice")]
+)
+def test_a_command_of_a_plugin_with_another_name_names_its_package(
+    plugins: Plugins, command: str, package: str
+) -> None:
+    result = invoke(make_app(plugins), command, "--conf", "x.yaml")
+    assert result.exit_code == 1
+    assert f"Command '{command}' comes with the plugin astuner-{package}" in result.stderr
+    assert f"`pip install astuner-{package}`" in result.stderr and f"./plugins/{package}" in result.stderr
+
+
+@pytest.mark.parametrize("backbone", ["torch", "verl", "trinity"])
+def test_a_backbone_of_this_repository_without_its_plugin_names_the_package(
+    plugins: Plugins, write_config, backbone: str
+) -> None:
+    result = invoke(make_app(plugins), "run", "--conf", str(write_config({})), "--backbone", backbone)
+    assert result.exit_code == 1
+    assert f"pip install astuner-backbone-{backbone}`" in result.stderr, result.stderr
+    assert not Path("launcher_record").exists()
+
+
+def test_the_settings_block_of_a_backbone_not_installed_names_its_package(
+    plugins: Plugins, write_config
+) -> None:
+    path = write_config({"torch": {"lr": 1.0e-5}})
+    result = invoke(make_app(plugins), "config", "show", "--conf", str(path))
+    assert result.exit_code == 1
+    assert (
+        "'torch' in config file" in result.stderr
+        and "settings block of the backbone 'torch'" in result.stderr
+    )
+    assert "pip install astuner-backbone-torch`" in result.stderr
+    assert "Unknown key" not in result.stderr

@@ -441,3 +441,17 @@ def test_keys_another_backbone_reads_are_no_old_spelling(tmp_path: Path, capsys)
     (line,) = [text for text in notices().splitlines() if "Not used on backbone" in text]
     assert "Not used on backbone 'torch': debug: block." in line
     assert "coming-from-the-tutorials" not in line
+
+
+def test_a_workflow_whose_optional_library_is_missing_names_the_extra(
+    workdir: Path, clean_imports, monkeypatch
+) -> None:
+    """A module found but importing a library astuner offers as an extra: the install line, not spelling."""
+    write(workdir, "needs_agentscope_mod.py", "import agentscope\n\ndef run(): ...\n")
+    monkeypatch.setitem(sys.modules, "agentscope", None)  # importing it raises ModuleNotFoundError
+    with pytest.raises(PluginError) as caught:
+        resolve_import_string("needs_agentscope_mod->run", [workdir])
+    message = str(caught.value)
+    assert "needs_agentscope_mod" in message and "'agentscope', which is not installed" in message
+    assert 'pip install "astuner[agentscope]"' in message
+    assert "Check the spelling" not in message

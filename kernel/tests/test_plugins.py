@@ -146,7 +146,8 @@ def test_an_engine_the_kernel_no_longer_ships_names_its_package(
     config = load_config(None, [f"rollout.engines.{engine}.{setting}"], environ={})
     with pytest.raises(
         ConfigError,
-        match=rf"Unknown key 'rollout\.engines\.{engine}' .*`pip install astuner-engine-{engine}`",
+        match=rf"'rollout\.engines\.{engine}' in .* is the settings block of the engine '{engine}', which "
+        rf"is not installed\. .*`pip install astuner-engine-{engine}`",
     ):
         check_plugin_blocks(config, plugins)
 
@@ -173,3 +174,24 @@ def test_import_string_errors_say_what_is_wrong() -> None:
 def test_import_string_found_in_a_search_path(tmp_path) -> None:
     (tmp_path / "my_workflow_mod.py").write_text("class Flow:\n    pass\n")
     assert resolve_import_string("my_workflow_mod->Flow", [tmp_path]).__name__ == "Flow"
+
+
+def test_each_install_hint_names_the_package_that_provides_the_name() -> None:
+    """MOVED_OUT says which package of this repository provides what; where installed, it does."""
+    from astuner.plugins import MOVED_OUT, command_names
+
+    installed = Plugins()
+    owner = {info.name: info.distribution for info in installed.infos()}
+    app = make_app(installed)
+    checked = 0
+    for (kind, name), dist in MOVED_OUT.items():
+        try:
+            importlib.metadata.distribution(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        if kind == "command":
+            assert name in command_names(app), (kind, name)
+        else:
+            assert owner[installed.registry(kind)[name].plugin] == dist, (kind, name)
+        checked += 1
+    assert checked, "no plugin of this repository is installed"

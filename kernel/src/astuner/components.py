@@ -23,7 +23,7 @@ from astuner.config import AstunerConfig
 from astuner.config_errors import describe_origin, explain_validation_error
 from astuner.core.toolcalls import tool_parsers
 from astuner.errors import ConfigError, PluginError
-from astuner.plugins import Plugins, Registration, install_hint
+from astuner.plugins import Plugins, Registration, missing_block_message
 from astuner.protocols import Backbone, Judge, TaskReader, WorkflowExecutor
 from astuner.rollout.engine_model import EngineModel
 
@@ -56,11 +56,12 @@ def check_plugin_blocks(config: AstunerConfig, plugins: Plugins) -> None:
                 continue
             key = f"{section}.{name}" if section else name
             origin = _origin(config, key)
+            if missing := missing_block_message(kind, name, key, origin):
+                raise ConfigError(missing)
             section_model = _section_model(config, section)
             valid = list(getattr(section_model, "model_fields", {})) + list(registry)
             near = difflib.get_close_matches(name, valid, n=1, cutoff=0.5)
             hint = f" Did you mean '{(section + '.') if section else ''}{near[0]}'?" if near else ""
-            hint = f" {moved}" if (moved := install_hint(kind, name)) else hint
             what = f"a key of '{section}'" if section else "a top-level key"
             raise ConfigError(
                 f"Unknown key '{key}' in {origin}: it is neither {what} nor the settings block "

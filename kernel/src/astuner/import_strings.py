@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.metadata
+import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -47,6 +49,12 @@ def resolve_import_string(spec: str, search_paths: Iterable[Path] = ()) -> Any:
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
+        library = _missing_library(exc, module_name)
+        if library is not None:
+            raise PluginError(
+                f"Module '{module_name}' (from the import string '{spec}') imports '{library}', which is not "
+                f"installed. {_install_line(library)}"
+            ) from exc
         searched = "; ".join([*(str(f) for f in folders), "the installed packages"])
         found = f"It was found in {home}, but importing it failed. " if home is not None else ""
         raise PluginError(
@@ -66,6 +74,33 @@ def resolve_import_string(spec: str, search_paths: Iterable[Path] = ()) -> Any:
             )
         obj = getattr(obj, part)
     return obj
+
+
+def _missing_library(exc: ImportError, module_name: str) -> str | None:
+    """The top-level library the module imports that is not installed, or None.
+
+    None when the named module itself (or its package) is what was not found:
+    that is a spelling or working-directory matter, not a missing install.
+    """
+    missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    if not missing or module_name == missing or module_name.startswith(f"{missing}."):
+        return None
+    return missing.split(".", 1)[0]
+
+
+def _install_line(library: str) -> str:
+    """How to install `library`: the kernel's extra that brings it (`astuner[agentscope]`), if one does."""
+    wanted = _normalised(library)
+    for requirement in importlib.metadata.requires("astuner") or []:
+        name = re.match(r"[A-Za-z0-9._-]+", requirement)
+        extra = re.search(r"extra\s*==\s*['\"]([^'\"]+)['\"]", requirement)
+        if name and extra and _normalised(name.group()) == wanted:
+            return f'Install it with `pip install "astuner[{extra.group(1)}]"`.'
+    return "Install the package that provides it in this environment."
+
+
+def _normalised(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
 
 
 def _holds_module(folder: Path, module_name: str) -> bool:

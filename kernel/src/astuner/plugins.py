@@ -40,15 +40,27 @@ if TYPE_CHECKING:
 
 ENTRY_POINT_GROUP = "astuner"
 LOAD_PLUGINS_ENV = "ASTUNER_LOAD_PLUGINS"
-# (kind, name) -> the distribution of this repository that provides it, for configs written when the
-# kernel still did (`rollout.engine: vllm`): a missing one names the package to install.
+# (kind, name) -> the distribution of this repository that provides it: a config, flag or command
+# that names one not installed (`--backbone torch` with the kernel alone, `rollout.engine: vllm`
+# from the days the kernel had it) is told the package to install.
 MOVED_OUT: dict[tuple[str, str], str] = {
+    **{("backbone", name): f"astuner-backbone-{name}" for name in ("torch", "verl", "trinity")},
+    ("engine", "transformers"): "astuner-backbone-torch",
     ("engine", "vllm"): "astuner-engine-vllm",
     ("engine", "openai"): "astuner-engine-openai",
     ("executor", "ray"): "astuner-executor-ray",
+    ("judge", "math_answer"): "astuner-judge-math",
+    ("judge", "math_answer_llm"): "astuner-judge-math",
+    ("judge", "env_service"): "astuner-judge-envservice",
+    ("reader", "env_service"): "astuner-judge-envservice",
+    ("reader", "huggingface_dat_repo"): "astuner-reader-hf",
+    **{("companion", name): "astuner-judge-envservice" for name in ("env", "appworld")},
+    ("companion", "logview"): "astuner-logview",
     **{("notifier", name): "astuner-notify" for name in ("webhook", "command", "sms")},
+    ("command", "sft"): "astuner-backbone-torch",
     ("command", "eval"): "astuner-eval",
     ("command", "logview"): "astuner-logview",
+    ("command", "envservice"): "astuner-judge-envservice",
 }
 
 # kind -> the hook that registers it
@@ -98,6 +110,20 @@ def install_hint(kind: str, name: str) -> str:
     return (
         f"{kind.capitalize()} '{name}' comes with the plugin {dist}: install it with `pip install {dist}` "
         f"(in a checkout of astuner: `pip install -e ./plugins/{dist.removeprefix('astuner-')}`)."
+    )
+
+
+def missing_block_message(kind: str, name: str, key: str, origin: str) -> str:
+    """Why the settings block `key` of a plugin of this repository that is not installed is refused, or "".
+
+    Such a block is no typo (`torch:` with the kernel alone): the message names the package that reads it.
+    """
+    moved = install_hint(kind, name)
+    if not moved:
+        return ""
+    return (
+        f"'{key}' in {origin} is the settings block of the {kind.replace('_', ' ')} '{name}', which is not "
+        f"installed. {moved}"
     )
 
 
