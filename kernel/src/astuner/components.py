@@ -30,6 +30,11 @@ from astuner.rollout.engine_model import EngineModel
 # `rollout.executor` for workflows run in the runner's own event loop: the default, and no plugin.
 LOCAL_EXECUTOR = "local"
 
+# The engine that loads `model.path` from this machine's disk (backbone-torch's), and `auto`'s choice
+# without `rollout.engine_url`. Every other engine reaches the model through a server, which may hold
+# a folder this machine has not.
+LOCAL_ENGINE = "transformers"
+
 
 def _plugin_blocks(config: AstunerConfig) -> list[tuple[str, str, dict[str, Any]]]:
     """(kind, dotted section, {plugin name: raw block}) for every place plugin blocks live."""
@@ -367,14 +372,78 @@ def _resolve_engine(name: str, url: str | None, plugins: Plugins, section: str) 
         return name
     if url:
         return "vllm"
-    if "transformers" in plugins.registry("engine"):
-        return "transformers"
+    if LOCAL_ENGINE in plugins.registry("engine"):
+        return LOCAL_ENGINE
     raise PluginError(
         f"{section}.engine is 'auto' but no local engine is installed and {section}.engine_url is not "
         f"set. Install astuner-backbone-torch (engine 'transformers'), point {section}.engine_url "
         f"at a vLLM server, or set {section}.engine to an installed engine "
         f"({', '.join(sorted(plugins.registry('engine'))) or 'none'})."
     )
+
+
+def preflight(config: AstunerConfig, plugins: Plugins) -> None:
+    """Check what would fail the run in its first seconds, before its folder is made.
+
+    A run that fails here leaves no folder behind and its error is printed
+    once, by whoever catches it. Checked: the reader's, judge's and workflow's
+    settings, what a reader's or judge's settings block checks beyond itself
+    (its `check_before_run()`, e.g. that the files it names exist), `model.path`
+    where this machine loads it, and that the engine `rollout.engine` names is
+    installed. Nothing is built: a plugin is built once, by the run.
+    """
+    search = config.search_paths()
+    for kind, name in (("reader", config.task_reader.type), ("judge", config.task_judge.judge_protocol)):
+        check = getattr(plugin_settings(config, plugins.get(kind, name, search)), "check_before_run", None)
+        if callable(check):
+            check()
+    if config.rollout.agentscope_workflow:
+        plugins.get("workflow", config.rollout.agentscope_workflow, search)
+    engine = _checked_engine(config, plugins)
+    if engine == LOCAL_ENGINE and not config.rollout.engine_url:
+        check_model_path(config.model.path, "model.path")
+
+
+def _checked_engine(config: AstunerConfig, plugins: Plugins) -> str | None:
+    """The engine `rollout.engine` resolves to; a ConfigError naming the key if it names a missing one.
+
+    None: `auto` finds no engine, which only a backbone that generates needs
+    (one that brings its own, or trains on records, does not), so it says so
+    itself when it asks for one.
+    """
+    try:
+        if config.rollout.engine == "auto":
+            return engine_name(config, plugins)
+    except PluginError:
+        return None
+    try:
+        plugins.get("engine", config.rollout.engine, search_paths=config.search_paths())
+    except PluginError as exc:
+        raise ConfigError(f"rollout.engine, from {_origin(config, 'rollout.engine')}: {exc}") from exc
+    return config.rollout.engine
+
+
+def check_model_path(path: str, key: str) -> None:
+    """Refuse an empty model path, and one that looks like a local path (not a hub id) but is not there.
+
+    Hugging Face would take it for a hub id and fail with a message about
+    repo-id characters; a hub id (`name`, `org/name`) and a `builtin:` are
+    left to the loader.
+    """
+    from astuner.core.tokenizer import BUILTIN_PREFIX, SMOLLM2
+
+    kinds = f"a model folder, a .gguf file, a Hugging Face hub id (org/name) or {BUILTIN_PREFIX}{SMOLLM2}"
+    if not path.strip():
+        raise ConfigError(f"{key} is empty. Set it to {kinds}.")
+    if path.startswith(BUILTIN_PREFIX):
+        return
+    looks_local = path.startswith(("/", ".", "~")) or "\\" in path or path.count("/") > 1
+    if (looks_local or path.endswith(".gguf")) and not Path(path).exists():
+        raise ConfigError(
+            f"{key} '{path}' looks like a local path, and {Path(path).absolute()} does not exist "
+            f"(relative paths are taken from the working directory, {Path.cwd()}). "
+            f"Set {key} to {kinds}."
+        )
 
 
 def build_engine(config: AstunerConfig, plugins: Plugins) -> Any:

@@ -1,8 +1,8 @@
 """Running a backbone: what `astuner run` and `astuner.tune()` both do.
 
-`prepare_run` checks the reader's, judge's and workflow's settings, builds
-the backbone and opens the run (`astuner.lifecycle.RunLifecycle`: folder,
-log file, status, notifiers); the `PreparedRun` it returns then runs the
+`prepare_run` builds the backbone and opens the run
+(`astuner.lifecycle.RunLifecycle`: the checks before any folder, then the
+folder, log file, status, notifiers); the `PreparedRun` it returns then runs the
 backbone inside that run's life, which says how it ended. The CLI starts its
 log viewer in between.
 """
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from astuner.checkpoint_model import checkpoint_of
-from astuner.components import build_backbone, plugin_settings
+from astuner.components import build_backbone
 from astuner.config import AstunerConfig
 from astuner.lifecycle import RunLifecycle
 from astuner.plugins import Plugins
@@ -51,14 +51,12 @@ def prepare_run(
     verbose: bool = False,
     companions: Mapping[str, str | None] | None = None,
 ) -> PreparedRun:
-    """Validate what the run will build, then open it; nothing is created for a bad config.
+    """Build the backbone, then open the run; nothing is created for a bad config.
 
-    `companions` (`--with-NAME VALUE`) live as long as the backbone runs.
+    `RunLifecycle.open` checks the rest (`astuner.components.preflight`)
+    before it makes the folder. `companions` (`--with-NAME VALUE`) live as
+    long as the backbone runs.
     """
-    for kind, name in (("reader", config.task_reader.type), ("judge", config.task_judge.judge_protocol)):
-        plugin_settings(config, plugins.get(kind, name, config.search_paths()))
-    if config.rollout.agentscope_workflow:  # a misspelled workflow must fail before the run folder exists
-        plugins.get("workflow", config.rollout.agentscope_workflow, config.search_paths())
     backbone = build_backbone(config, plugins)
     lifecycle = RunLifecycle.open(config, plugins, command="run", verbose=verbose, companions=companions)
     lifecycle.resume = ""  # `astuner run --conf X -o trainer_common.resume=auto` takes it up again

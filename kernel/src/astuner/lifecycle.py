@@ -1,8 +1,10 @@
 """One run's life, whichever command runs it: `astuner run`, `tune()`, `eval`, `sft`, a plugin's.
 
-`RunLifecycle.open` checks the notifiers the config names, makes the run's
-folder (`ExperimentDir`), marks it `running` in `status.json` with the
-command that runs it, and sends the log into the folder. Used as a context
+`RunLifecycle.open` checks what would fail the run in its first seconds
+(`astuner.components.preflight`: the reader's files, the model folder, the
+engine) and the notifiers the config names, then makes the run's folder
+(`ExperimentDir`), marks it `running` in `status.json` with the command
+that runs it, and sends the log into the folder. Used as a context
 manager around the command's work, it starts the companion services
 (`--with-NAME`) and stops them after; then it writes how the run ended
 (`run_status`), tells the notifiers (`notify`), closes the log file and
@@ -81,15 +83,17 @@ class RunLifecycle:
         verbose: bool = False,
         companions: Mapping[str, str | None] | None = None,
     ) -> RunLifecycle:
-        """Check the notifiers, then make the run's folder, mark it running and log into it.
+        """Check the config, then make the run's folder, mark it running and log into it.
 
-        A notifier the config names that cannot be built fails here, before
-        any folder exists; one that only the seeds' environment switches on
-        is a warning in the run's log, and the run goes on without it.
+        What `preflight` checks and a notifier the config names that cannot
+        be built fail here, before any folder exists; a notifier that only
+        the seeds' environment switches on is a warning in the run's log, and
+        the run goes on without it.
         """
-        from astuner.components import build
+        from astuner.components import build, preflight
         from astuner.record import ExperimentDir
 
+        preflight(config, plugins)
         for name in config.notify:
             build(config, plugins, "notifier", name)
         experiment = ExperimentDir.create(

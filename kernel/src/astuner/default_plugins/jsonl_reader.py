@@ -27,6 +27,13 @@ class JsonlReaderSettings(BaseModel):
     )
     id_field: str | None = Field(None, description="Field holding a task id; default: split-line.")
 
+    def check_before_run(self) -> None:
+        """Every file named here exists: asked before a run's folder is made."""
+        for key in ("training_file", "validation_file"):
+            path = getattr(self, key)
+            if path is not None:
+                _existing(path, key)
+
 
 class JsonlReader:
     def __init__(self, settings: JsonlReaderSettings) -> None:
@@ -41,8 +48,7 @@ class JsonlReader:
                 f"task_reader.jsonl.{key} is not set, so there is no {split} split. "
                 f"Set it to a JSON-lines file with one task per line."
             )
-        if not path.is_file():
-            raise ConfigError(f"task_reader.jsonl.{key}: file '{path}' does not exist.")
+        _existing(path, key)
         with path.open("rb") as lines:
             for lineno, raw in enumerate(lines, start=1):
                 try:
@@ -75,6 +81,16 @@ class JsonlReader:
             metadata["answer"] = row[s.answer_field]
         task_id = str(row[s.id_field]) if s.id_field and s.id_field in row else f"{split}-{lineno}"
         return Task(task_id=task_id, main_query=str(row[s.query_field]), metadata=metadata)
+
+
+def _existing(path: Path, key: str) -> None:
+    """A ConfigError naming `key`, where `path` led and how to fix it, unless `path` is a file."""
+    if not path.is_file():
+        raise ConfigError(
+            f"task_reader.jsonl.{key}: file '{path}' does not exist (looked for {path.absolute()}; "
+            f"relative paths are taken from the working directory). Set it to a JSON-lines file "
+            f"with one task per line."
+        )
 
 
 @hookimpl

@@ -1,0 +1,31 @@
+"""What can fail before a run's folder exists fails before it: once, naming the key, leaving nothing behind.
+
+Each case runs the real command line (`python -m astuner run --backbone debug`).
+"""
+
+from pathlib import Path
+
+from astuner.testing.cli import run_astuner
+
+
+def _refused(workdir: Path, conf: Path, *overrides: str) -> str:
+    """Stderr of a run that must fail before its folder: exit 1, one error, no launcher_record/."""
+    args = [arg for override in overrides for arg in ("-o", override)]
+    result = run_astuner("run", "--conf", str(conf), "--backbone", "debug", *args, cwd=workdir)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.count("error:") == 1, result.stderr
+    assert "run failed" not in result.stdout + result.stderr
+    assert not (workdir / "launcher_record").exists()
+    return result.stderr
+
+
+def test_a_missing_data_file_is_named_with_where_it_was_looked_for(write_config, workdir: Path) -> None:
+    conf = write_config({"task_reader": {"type": "jsonl", "jsonl": {"training_file": "data/train.jsonl"}}})
+    error = _refused(workdir, conf)
+    assert "task_reader.jsonl.training_file" in error
+    assert str(workdir / "data" / "train.jsonl") in error
+
+
+def test_an_engine_that_is_not_installed_is_named_with_its_key(write_config, workdir: Path) -> None:
+    error = _refused(workdir, write_config({}), "rollout.engine=nosuch")
+    assert "rollout.engine, from the command line" in error and "'nosuch'" in error
