@@ -1,4 +1,5 @@
-"""A run whose output goes to a file says how its rollouts go while they run.
+"""A run whose output goes to a file says how its rollouts go while they run, and records each one as
+it ends.
 
 A real `astuner run --backbone debug` in a child process, its stdout and
 stderr redirected to one file, with a scripted engine and a workflow that
@@ -126,6 +127,14 @@ def test_progress_lines_come_at_a_steady_interval_while_the_rollouts_run(
     for field in ("tag=debug", "reward_mean=", "tokens_per_s=", "errors=0", "elapsed_s="):
         assert field in lines[-1], lines
     assert not notes[0]["progress_lines"]  # none before the interval
+
+
+def test_each_trajectory_is_in_the_rollout_file_as_soon_as_its_run_ends(
+    redirected_run: dict[str, object],
+) -> None:
+    notes = redirected_run["notes"]
+    assert isinstance(notes, list)
+    assert [note["records"] for note in notes] == list(range(ROLLOUTS)), notes
 
 
 def test_the_interval_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,7 +3,8 @@
 Rollouts run in the main thread's event loop, so with
 `debug.debug_max_parallel: 1` a breakpoint in workflow code stops exactly
 there under `python -m debugpy` or an IDE. Every trajectory is written to
-`rollouts/debug.jsonl` in the experiment folder, and a table summarises them.
+`rollouts/debug.jsonl` in the experiment folder as its run ends, and a table
+summarises them.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ class DebugBackbone:
         from rich.console import Console
 
         from astuner.components import build_reader
-        from astuner.record import append_trajectories
         from astuner.rollout.stack import rollout_stack, sampling_from_config
 
         config, debug = ctx.config, ctx.config.debug
@@ -44,12 +44,11 @@ class DebugBackbone:
         if not tasks:
             raise AstunerError(f"The {debug.split} split of reader '{config.task_reader.type}' is empty.")
         stack = rollout_stack(config, ctx.plugins, max_parallel=debug.debug_max_parallel, reader=reader)
+        path = ctx.experiment.rollouts / "debug.jsonl"
         async with stack as runner:
             trajectories = await runner.run(
-                tasks, sampling_from_config(config.rollout), debug.num_repeat, tag="debug"
+                tasks, sampling_from_config(config.rollout), debug.num_repeat, tag="debug", record=path
             )
-        path = ctx.experiment.rollouts / "debug.jsonl"
-        append_trajectories(path, trajectories)
         Console(width=160).print(summary_table(trajectories))
         log = get_logger()
         log.info("debug rollouts written", path=str(path), trajectories=len(trajectories))

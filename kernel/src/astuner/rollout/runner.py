@@ -49,6 +49,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from astuner.core.madness import MadnessCheck, MadnessMonitor, apply_madness_reward
@@ -67,6 +68,7 @@ from astuner.protocols import (
     ServesAdapters,
     WorkflowExecutor,
 )
+from astuner.record import append_trajectories
 from astuner.rollout.agents import AgentPlan
 from astuner.rollout.agentscope_model import model_tuner_class
 from astuner.rollout.deadline import RolloutTimeout, run_within_deadline
@@ -145,19 +147,28 @@ class RolloutRunner:
         *,
         tag: str = "rollout",
         progress: bool = True,
+        record: Path | None = None,
     ) -> list[Trajectory]:
-        """Run every task `num_repeat` times; trajectories come back grouped, in task order."""
+        """Run every task `num_repeat` times; trajectories come back grouped, in task order.
+
+        `record`: the rollout file each trajectory is appended to (and flushed) as soon as its run
+        is judged, so the file shows a long batch as it goes; its lines are in the order the runs
+        ended, and readers group them by `group_id`. A failed write (a full disk) cancels the
+        batch's other runs and raises.
+        """
         limit = asyncio.Semaphore(self.settings.max_env_worker)
         total = len(tasks) * num_repeat
         tracker = RolloutProgress(total, tag, enabled=progress)
-        jobs = [
-            self._run_one(task, f"{tag}-{i}", repeat, sampling, limit, tracker)
-            for i, task in enumerate(tasks)
-            for repeat in range(num_repeat)
-        ]
         async with self._executor_session():
             with tracker, watch_run():
-                trajectories = list(await asyncio.gather(*jobs))
+                jobs = [
+                    asyncio.ensure_future(
+                        self._run_one(task, f"{tag}-{i}", repeat, sampling, limit, tracker, record)
+                    )
+                    for i, task in enumerate(tasks)
+                    for repeat in range(num_repeat)
+                ]
+                trajectories = await _all_or_none(jobs)
         self.warn_idle_targets(generated_calls(trajectories), len(trajectories))
         return trajectories
 
@@ -191,9 +202,12 @@ class RolloutRunner:
         sampling: SamplingParams,
         limit: asyncio.Semaphore,
         progress: RolloutProgress,
+        record: Path | None,
     ) -> Trajectory:
         async with limit:
             trajectory = await self.run_one(task, group_id, repeat, sampling)
+        if record is not None:
+            append_trajectories(record, [trajectory])
         progress.advance(trajectory)
         return trajectory
 
@@ -344,6 +358,18 @@ class RolloutRunner:
         if isinstance(self.judge, JudgesWholeRollouts):
             return await self.judge.judge_rollout(workflow_task, output)
         return await self.judge.judge(workflow_task.task, output)
+
+
+async def _all_or_none(jobs: list[asyncio.Future[Trajectory]]) -> list[Trajectory]:
+    """The jobs' results in their order; when one raises, the others are cancelled (and awaited)
+    before its error is raised, so no run goes on writing after its batch has failed."""
+    try:
+        return list(await asyncio.gather(*jobs))
+    except BaseException:
+        for job in jobs:
+            job.cancel()
+        await asyncio.gather(*jobs, return_exceptions=True)
+        raise
 
 
 async def _release(gym_env: Any, rollout_id: str) -> None:

@@ -37,7 +37,6 @@ from astuner.training import (
     RunContext,
     Sample,
     advantage_estimator,
-    append_trajectories,
     build_reader,
     compute_advantages,
     console_fields,
@@ -209,9 +208,12 @@ class TorchBackbone:
                     in_process = isinstance(engine, TransformersEngine)
                     prompt_tokens = engine.prompt_tokens() if in_process else (0, 0)
                     trajectories = await runner.run(
-                        tasks, sampling, config.rollout.num_repeat, tag=f"step{step}"
+                        tasks,
+                        sampling,
+                        config.rollout.num_repeat,
+                        tag=f"step{step}",
+                        record=experiment.rollouts / f"step_{step}.jsonl",
                     )
-                    append_trajectories(experiment.rollouts / f"step_{step}.jsonl", trajectories)
                     rolled = time.perf_counter()
                     if isinstance(engine, VllmRollout):  # a dead server stops the run, not every rollout
                         await engine.check_alive()

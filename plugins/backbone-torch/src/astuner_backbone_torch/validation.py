@@ -9,7 +9,6 @@ from astuner.api import SamplingParams, Task, Trajectory
 from astuner.training import (
     ExperimentDir,
     RolloutRunner,
-    append_trajectories,
     pass_at_k,
     rollout_metrics,
 )
@@ -36,11 +35,11 @@ async def validate(
 
     Metrics: `val/reward_mean`, `val/success_rate` (and the other
     `rollout_metrics`), and `val/pass@k` with `k = min(pass_n, repeats)`.
-    Trajectories go to `rollouts/val_step_<step>.jsonl`.
+    Trajectories go to `rollouts/val_step_<step>.jsonl`, each as its run ends.
     """
     repeats = settings.repeats
-    trajectories = await runner.run(list(tasks), settings.sampling, repeats, tag=f"val{step}")
-    append_trajectories(experiment.rollouts / f"val_step_{step}.jsonl", trajectories)
+    record = experiment.rollouts / f"val_step_{step}.jsonl"
+    trajectories = await runner.run(list(tasks), settings.sampling, repeats, tag=f"val{step}", record=record)
     metrics = rollout_metrics(trajectories, "val")
     k = min(settings.pass_n, repeats)
     metrics[f"val/pass@{k}"] = pass_at_k(trajectories, k)

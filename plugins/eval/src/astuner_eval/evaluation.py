@@ -11,7 +11,7 @@ An evaluation is a run of the command `eval` (`Runs.open`: status.json,
 log, companions, notifiers and closing lines as for `astuner run`), under
 the experiment `<experiment>_eval` so it never mixes with the training
 runs: `config.yaml` (the config's own backbone, the model actually
-evaluated), `rollouts/eval.jsonl` (every trajectory, for `astuner logview`),
+evaluated), `rollouts/eval.jsonl` (every trajectory as its run ends, for `astuner logview`),
 `metrics.jsonl` (one row, at the checkpoint's step) and `eval_summary.json`.
 
 What the judge (and the workflow) report in their `metrics` is averaged like
@@ -36,7 +36,6 @@ from astuner.training import (
     ExperimentDir,
     RolloutRunner,
     append_rows,
-    append_trajectories,
     build,
     build_reader,
     engine_name,
@@ -161,7 +160,8 @@ def run_eval(config: AstunerConfig, runs: Runs, options: EvalOptions) -> EvalRep
         reader = build_reader(config, plugins)
         tasks = read_tasks(reader, config.task_reader.type, options)
         stack = rollout_stack(config, plugins, reader=reader)
-        trajectories = asyncio.run(_rollouts(stack, tasks, sampling, options.n_samples))
+        record = run.experiment.rollouts / ROLLOUT_FILE
+        trajectories = asyncio.run(_rollouts(stack, tasks, sampling, options.n_samples, record))
         about = {"config": str(config.source) if config.source else None, "model": config.model.path}
         return _record(trajectories, len(tasks), about, options, sampling, run.experiment)
 
@@ -174,8 +174,8 @@ def _record(
     sampling: SamplingParams,
     experiment: ExperimentDir,
 ) -> EvalReport:
-    """Write the trajectories, the metrics row and the summary (`about`: the config file and model)."""
-    append_trajectories(experiment.rollouts / ROLLOUT_FILE, trajectories)
+    """Write the metrics row and the summary (`about`: the config file and model); the trajectories
+    are in `rollouts/eval.jsonl` already, each written as its run ended."""
     metrics = eval_metrics(trajectories, options.n_samples)
     step = checkpoint_step(options.checkpoint)
     append_rows(experiment.metrics_file, [{"step": step, **metrics}])
@@ -202,6 +202,7 @@ async def _rollouts(
     tasks: list[Task],
     sampling: SamplingParams,
     n_samples: int,
+    record: Path,
 ) -> list[Trajectory]:
     async with stack as runner:
-        return await runner.run(tasks, sampling, n_samples, tag="eval")
+        return await runner.run(tasks, sampling, n_samples, tag="eval", record=record)
