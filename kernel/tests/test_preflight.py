@@ -29,3 +29,15 @@ def test_a_missing_data_file_is_named_with_where_it_was_looked_for(write_config,
 def test_an_engine_that_is_not_installed_is_named_with_its_key(write_config, workdir: Path) -> None:
     error = _refused(workdir, write_config({}), "rollout.engine=nosuch")
     assert "rollout.engine, from the command line" in error and "'nosuch'" in error
+
+
+def test_a_run_that_fails_at_once_points_to_no_records_folder_it_never_wrote(
+    write_config, workdir: Path
+) -> None:
+    (workdir / "train.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
+    conf = write_config({"task_reader": {"type": "jsonl", "jsonl": {"training_file": "train.jsonl"}}})
+    result = run_astuner("run", "--conf", str(conf), "--backbone", "debug", cwd=workdir)
+    assert result.returncode == 1 and "validation_file is not set" in result.stderr
+    (folder,) = (workdir / "launcher_record").glob("*/*")
+    assert "run failed" in result.stdout and "  why:" in result.stdout
+    assert "rollouts/" not in result.stdout and not (folder / "rollouts").exists()

@@ -75,10 +75,9 @@ def test_a_finished_run_says_so_tells_its_notifiers_and_what_to_do_next(app, wri
     assert (summary.status, summary.steps, summary.name, summary.command) == ("finished", 2, "done", "run")
     assert summary.last_metrics == {"train/reward_mean": 0.5}
     assert summary.checkpoint == str(folder / "checkpoints" / "step_2")
-    closing = result.stdout.strip().splitlines()[-5:]
+    closing = result.stdout.strip().splitlines()[-4:]
     assert closing[0].startswith("run finished after ") and closing[0].endswith(f"2 steps: {folder}")
-    assert closing[1:] == [
-        f"  records:     {folder}/rollouts/",
+    assert closing[1:] == [  # no records line: this run wrote no rollouts/
         f"  checkpoint:  {folder}/checkpoints/step_2",
         f"  look:        astuner logview {folder}  (needs astuner-logview)",
         f"  evaluate:    astuner eval --conf {folder}/config.yaml --checkpoint {folder}/checkpoints/step_2"
@@ -246,10 +245,9 @@ def test_a_plugin_command_opens_its_run_through_runs_and_it_ends_as_astuner_run_
     (summary,) = [s for s in Hears.told if s.name == "counted"]  # (an earlier test's hung notifier may add)
     assert (summary.command, summary.backbone, summary.steps) == ("count", "debug", 1)
     assert yaml.safe_load((folder / "config.yaml").read_text())["astuner"]["backbone"] == "debug"
-    closing = result.stdout.strip().splitlines()[-4:]
+    closing = result.stdout.strip().splitlines()[-3:]
     assert closing[0].startswith("count finished after ") and closing[0].endswith(f"1 steps: {folder}")
     assert closing[1:] == [
-        f"  records:     {folder}/rollouts/",
         f"  look:        astuner logview {folder}  (needs astuner-logview)",
         "  again:       astuner count CONF",
     ]

@@ -185,7 +185,8 @@ class RunLifecycle:
         lines = [
             f"{self.command} {summary.status}{why} after {minutes:.1f} min, {summary.steps} steps: {folder}"
         ]
-        lines.append(f"  records:     {folder}/rollouts/")
+        if os.path.isdir(os.path.join(folder, "rollouts")):  # a run that failed at once wrote none
+            lines.append(f"  records:     {folder}/rollouts/")
         if summary.checkpoint:
             lines.append(f"  checkpoint:  {summary.checkpoint}")
         if os.path.isdir(os.path.join(folder, "tensorboard")):
