@@ -3,8 +3,14 @@
 Each case runs the real command line (`python -m astuner run --backbone debug`).
 """
 
+import json
 from pathlib import Path
+from types import SimpleNamespace
 
+from astuner import hookimpl
+from astuner.cli import make_app
+from astuner.plugins import Plugins
+from astuner.testing.backbones import EndingBackbone, EndSettings, only_run, run_ending
 from astuner.testing.cli import run_astuner
 
 
@@ -41,3 +47,20 @@ def test_a_run_that_fails_at_once_points_to_no_records_folder_it_never_wrote(
     (folder,) = (workdir / "launcher_record").glob("*/*")
     assert "run failed" in result.stdout and "  why:" in result.stdout
     assert "rollouts/" not in result.stdout and not (folder / "rollouts").exists()
+
+
+def test_a_finished_run_gives_no_reason_for_ending(plugins: Plugins, write_config, workdir: Path) -> None:
+    plugins.add(
+        SimpleNamespace(
+            register_backbones=hookimpl(
+                lambda register: register("ending", EndingBackbone, settings=EndSettings)
+            )
+        ),
+        name="ending",
+    )
+    result = run_ending(make_app(plugins), write_config({}, name="done.yaml"))
+    assert result.exit_code == 0, result.output
+    assert "reason=None" not in result.output
+    log = (only_run(workdir, "done") / "astuner.log").read_text()
+    (ended,) = [e for e in map(json.loads, log.splitlines()) if e["event"] == "run finished"]
+    assert "reason" not in ended

@@ -134,7 +134,8 @@ class RunLifecycle:
                 ended = end_run(self.experiment.path, ending)
                 name, backbone = self.config.experiment_name, self.config.backbone
                 summary = summarize(name, backbone, self.experiment, ended, self.checkpoint, self.command)
-                log.info(f"{self.command} {ended.state}", experiment=path, reason=ended.reason or None)
+                why = {"reason": ended.reason} if ended.reason else {}  # a finished run has none to give
+                log.info(f"{self.command} {ended.state}", experiment=path, **why)
                 notify_run_end(
                     enabled_notifiers(self.config.notify, self.plugins), self._build_notifier, summary
                 )
