@@ -140,7 +140,7 @@ def test_sft_on_demonstrations_lowers_their_nll_and_records_what_it_trained(app,
     ]
     evaluate = f"  evaluate:    astuner eval --conf {run.resolve()}/config.yaml --checkpoint {step_6}"
     assert evaluate + "  (needs astuner-eval)" in lines  # no eval plugin in this app
-    assert lines[-1] == f"  RL from it:  astuner run --conf {conf} -o model.path={step_6}"
+    assert lines[-1] == f"  RL from it:  astuner run --conf {conf} --backbone torch -o model.path={step_6}"
     trained = read_trajectories(run / "rollouts" / "sft_data.jsonl")
     assert len(trained) == 4 and all(len(t.calls) == 2 for t in trained)
     assert (run / "checkpoints" / "step_6" / "config.json").is_file()  # loadable as model.path

@@ -80,6 +80,8 @@ def sft_command(runs: Runs) -> Callable[..., None]:
             finally:
                 newest = latest_checkpoint([run.experiment.path])
                 run.checkpoint = newest.path if newest is not None else None
-            run.next_steps.append(f"  RL from it:  astuner run --conf {conf} -o model.path={last}")
+            # --backbone: a config's own backbone is often `debug`, which would train nothing.
+            reinforce = f"astuner run --conf {conf} --backbone torch -o model.path={last}"
+            run.next_steps.append(f"  RL from it:  {reinforce}")
 
     return sft
