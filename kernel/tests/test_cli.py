@@ -9,7 +9,7 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from astuner import hookimpl
-from astuner.cli import make_app, normalise_argv
+from astuner.cli import _State, handle_user_errors, make_app, normalise_argv
 from astuner.plugins import Plugins
 from astuner.protocols import RunContext
 
@@ -262,3 +262,22 @@ def test_the_settings_block_of_a_backbone_not_installed_names_its_package(
     )
     assert "pip install astuner-backbone-torch`" in result.stderr
     assert "Unknown key" not in result.stderr
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_an_unexpected_error_offers_the_traceback_only_when_it_was_not_shown(
+    plugins: Plugins, verbose: bool, monkeypatch
+) -> None:
+    def register_commands(cli):
+        @cli.command("boom")
+        @handle_user_errors
+        def boom() -> None:
+            raise RuntimeError("the disk is on fire")
+
+    plugins.add(SimpleNamespace(register_commands=hookimpl(register_commands)), name="boomer")
+    monkeypatch.setattr(_State, "verbose", False)
+    result = invoke(make_app(plugins), *(["--verbose"] if verbose else []), "boom")
+    assert result.exit_code == 1
+    assert "error: RuntimeError: the disk is on fire" in result.stderr
+    assert ("Traceback" in result.stderr) is verbose
+    assert ("run with --verbose for the traceback" in result.stderr) is not verbose

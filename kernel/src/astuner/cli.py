@@ -81,10 +81,9 @@ def handle_user_errors(fn: F) -> F:
         except Exception as exc:
             if _State.verbose:
                 traceback.print_exc()
+            offer = "" if _State.verbose else " (run with --verbose for the traceback)"
             _console(stderr=True).print(
-                f"[bold red]error:[/] {type(exc).__name__}: {exc} (run with --verbose for the traceback)",
-                markup=True,
-                soft_wrap=True,
+                f"[bold red]error:[/] {type(exc).__name__}: {exc}{offer}", markup=True, soft_wrap=True
             )
             raise typer.Exit(1) from None
 
