@@ -365,3 +365,45 @@ def test_an_agent_picked_in_the_list_filters_it_and_the_trajectory(
     page.locator(".agent-row", has_text="all agents").click()
     expect(page.locator(".turn:visible")).to_have_count(6)
     expect(page.locator(".sample:visible")).to_have_count(3)
+
+
+def test_the_lists_fit_1280_pixels_with_real_task_ids_and_name_each_run_s_backbone(
+    browser, serve, tmp_path: Path, calc_run: Path
+) -> None:
+    import json
+
+    from astuner.run_status import mark_ended, mark_running
+
+    root = tmp_path / "records"
+    trained, warmed = root / "calc" / "20260101-000000", root / "calc-sft" / "20260102-000000"
+    for run, command in ((trained, "run"), (warmed, "sft")):
+        shutil.copytree(calc_run, run)
+        config = run / "config.yaml"
+        config.write_text(config.read_text().replace("backbone: debug", "backbone: torch"))
+        mark_running(run, command)
+        mark_ended(run, "finished")
+        # task ids as the built-in readers write them, and a flagged rollout among them
+        records = run / "rollouts" / "debug.jsonl"
+        rows = [json.loads(line) for line in records.read_text().splitlines()]
+        for i, row in enumerate(rows):
+            row["task_id"] = f"arith-train-{30000 + i:05d}"
+        rows[0]["madness"] = ["nonsense"]
+        flagged = sum(bool(row.get("madness")) for row in rows)
+        records.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    try:
+        page.goto(serve(root).url)
+        page.wait_for_selector(".run-row")
+        assert page.locator("#runs th").all_inner_texts()[3] == "backbone"
+        assert page.locator(".run-row .run-backbone").all_inner_texts() == ["torch sft", "torch"]
+        widths = page.eval_on_selector("#runs", "box => [box.scrollWidth, box.clientWidth]")
+        assert widths[0] <= widths[1], f"the run list overflows its pane at 1280 pixels: {widths}"
+        page.locator(".run-row[data-run='calc-sft/20260102-000000']").click()
+        page.wait_for_selector(".trajectory-row")
+        widths = page.eval_on_selector("#trajectories", "box => [box.scrollWidth, box.clientWidth]")
+        assert widths[0] <= widths[1], f"the trajectory list overflows its pane at 1280 pixels: {widths}"
+        assert page.locator(".trajectory-row td.verdict .flag.madness").count() == flagged
+    finally:
+        context.close()

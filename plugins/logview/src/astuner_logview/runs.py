@@ -104,6 +104,7 @@ class RunInfo:
     last_metrics: dict[str, Any]
     status: str  # running, finished, failed, killed; unknown for runs older than status.json
     status_reason: str
+    command: str  # the astuner command that made the run (run, eval, sft, ...); "" before status.json had it
 
 
 def run_time(run: Path, root: Path | None = None) -> str:
@@ -136,4 +137,5 @@ def run_info(root: Path, run: Path) -> RunInfo:
         last_metrics=metrics[-1] if metrics else {},
         status=status.state,
         status_reason=status.reason,
+        command=status.command,
     )

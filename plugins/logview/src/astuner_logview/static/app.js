@@ -111,7 +111,7 @@ async function loadRuns() {
     return;
   }
   const table = el("table", { class: "grid" },
-    el("thead", {}, el("tr", {}, ["experiment", "started", "status", "steps", "mean judge reward"]
+    el("thead", {}, el("tr", {}, ["experiment", "started", "status", "backbone", "steps", "mean judge reward"]
       .map((h) => el("th", { text: h })))));
   const body = el("tbody");
   for (const run of data.runs) {  // newest first
@@ -123,6 +123,8 @@ async function loadRuns() {
       // Month, day and minute are enough to tell runs apart; the full time is in the tooltip.
       el("td", { text: run.experiment }), el("td", { text: run.time.slice(5, 16) }),
       el("td", { class: "run-status", text: run.status === "unknown" ? "–" : run.status }),
+      // A command other than `astuner run` (sft, eval) says so after the backbone it ran on.
+      el("td", { class: "run-backbone", text: [run.backbone, ["", "run"].includes(run.command) ? "" : run.command].join(" ").trim() || "–" }),
       el("td", { class: "num", text: run.steps }), el("td", { class: "num", text: fmt(reward) }));
     body.append(row);
   }
@@ -181,7 +183,7 @@ async function loadTrajectories() {
   fillSelect(form.elements.agent, page.agents);
   const box = document.getElementById("trajectories");
   const table = el("table", { class: "grid" }, el("thead", {}, el("tr", {},
-    ["step", "task", "reward", "success", "turns", "agents", "flags"].map((h) => el("th", { text: h })))));
+    ["step", "task", "reward", "success", "turns", "agents"].map((h) => el("th", { text: h })))));
   const body = el("tbody");
   for (const item of page.items) {
     const flags = [];
@@ -190,8 +192,9 @@ async function loadTrajectories() {
     const row = el("tr", { class: "trajectory-row", data: { file: item.file, line: item.line },
       title: item.trajectory_id, on: { click: () => openFromList(item.file, item.line) } },
       el("td", { text: item.step }), el("td", { text: item.task_id }), el("td", { class: "num", text: fmt(item.reward) }),
-      el("td", { text: item.is_success === null ? "–" : item.is_success ? "yes" : "no" }),
-      el("td", { class: "num", text: item.turns }), agentsCell(item, form.elements.agent.value), el("td", {}, flags));
+      // The madness and error flags follow the verdict in its cell: one column fewer, so the list fits.
+      el("td", { class: "verdict" }, item.is_success === null ? "–" : item.is_success ? "yes" : "no", flags.length ? " " : "", flags),
+      el("td", { class: "num", text: item.turns }), agentsCell(item, form.elements.agent.value));
     body.append(row);
   }
   table.append(body);
