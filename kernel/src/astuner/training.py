@@ -88,6 +88,7 @@ if TYPE_CHECKING:
     from astuner.lifecycle import RunLifecycle
     from astuner.rollout.episode import EpisodeSource, reward_of
     from astuner.rollout.gateway import Gateway
+    from astuner.rollout.progress import progress_heartbeat
     from astuner.rollout.runner import RolloutRunner
     from astuner.rollout.stack import RolloutParts, rollout_stack, runner_settings_from_config
 
@@ -104,6 +105,7 @@ _LAZY: dict[str, str] = {
     "Estimator": "astuner.core.advantages",
     "EpisodeSource": "astuner.rollout.episode",
     "Gateway": "astuner.rollout.gateway",
+    "progress_heartbeat": "astuner.rollout.progress",
     "reward_of": "astuner.rollout.episode",
     "RolloutRunner": "astuner.rollout.runner",
     "RolloutParts": "astuner.rollout.stack",
@@ -216,6 +218,7 @@ __all__ = [  # noqa: RUF022
     "handle_user_errors",
     "COMPANION_ARGS",
     "companion_requests",
+    "progress_heartbeat",
     # Ray and GPUs
     "ray_head_for_run",
     "require_gpus",

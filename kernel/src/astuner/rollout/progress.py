@@ -7,8 +7,8 @@ nothing for fifteen minutes. There the same figures also go out as a plain
 log line every `ASTUNER_PROGRESS_EVERY_S` seconds (default 30; on stderr
 and in the run's `astuner.log`) until that closing draw, from a thread of
 their own, so that a line comes even while a workflow blocks the
-event loop or a training step holds the main thread (`Heartbeat`, which
-`astuner sft` uses for its steps too).
+event loop or a training step holds the main thread (`progress_heartbeat`,
+which `astuner sft` uses for its steps too).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from types import TracebackType
 
 from rich import get_console
@@ -86,6 +87,22 @@ class Heartbeat:
             self.beats += 1
 
 
+def progress_heartbeat(say: Callable[[], None]) -> AbstractContextManager[object]:
+    """A context that calls `say` every `ASTUNER_PROGRESS_EVERY_S` seconds (default 30) off a
+    terminal (output to a file or a pipe), from a thread, and does nothing on a terminal, where a
+    bar or the loop's own lines show the progress.
+
+    For a loop whose own lines may be minutes apart, `astuner sft`'s steps:
+
+        with progress_heartbeat(lambda: log.info("sft progress", step=f"{done}/{total}")):
+            for step in steps:
+                ...
+    """
+    if redraws_in_place(get_console()):
+        return nullcontext()
+    return Heartbeat(progress_every_s(), say)
+
+
 class RolloutProgress:
     """Runs done, mean reward, generated tokens per second: a rich bar, redrawn as runs end on a
     terminal, else drawn once at the end after a plain line every `progress_every_s()` seconds."""
@@ -100,7 +117,6 @@ class RolloutProgress:
         self.errors = 0
         self.done = 0
         self._lock = threading.Lock()
-        live = redraws_in_place(get_console())  # the console a Progress draws on by default
         # Off a terminal the bar is still drawn once, at the end: the batch's closing figures.
         self._progress = Progress(
             TextColumn("[bold]{task.description}"),
@@ -114,19 +130,17 @@ class RolloutProgress:
             disable=not self.enabled,
         )
         self._task = self._progress.add_task(tag, total=total, reward="-", tps="-", errors=0)
-        self._heartbeat = Heartbeat(progress_every_s(), self.say) if self.enabled and not live else None
+        self._heartbeat = progress_heartbeat(self.say) if self.enabled else nullcontext()
 
     def __enter__(self) -> RolloutProgress:
         self.started = time.perf_counter()
         self._progress.__enter__()
-        if self._heartbeat is not None:
-            self._heartbeat.__enter__()
+        self._heartbeat.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._progress.__exit__(None, None, None)
-        if self._heartbeat is not None:
-            self._heartbeat.__exit__(None, None, None)
+        self._heartbeat.__exit__(None, None, None)
 
     def advance(self, trajectory: Trajectory) -> None:
         """Count one finished run."""

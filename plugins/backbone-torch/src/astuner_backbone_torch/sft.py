@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from astuner.training import (
     append_trajectories,
     demonstration_trajectory,
     merge_trajectory,
+    progress_heartbeat,
     read_demonstrations,
     read_json_lines,
     read_trajectories,
@@ -210,29 +211,58 @@ def run_sft(run: SftRun, settings: TorchSettings, source: Path, experiment: Expe
         experiment.path / "tensorboard" if run.tensorboard else None,
     )
     last = checkpoint.path if checkpoint is not None else None
+    progress = SftProgress(done=start, total=total)
     try:
-        for step in range(start + 1, total + 1):
-            began = time.perf_counter()
-            update = trainer.update(stream.next_batch(), objective="likelihood")
-            metrics = {f"sft/{k}": v for k, v in update.items()}
-            if step % save_freq == 0 or step == total:
-                last = _save(experiment, step, policy, trainer, stream, run, data)
-            metrics["timing/step_s"] = time.perf_counter() - began
-            metrics_log.write(step, metrics)
-            log.info(
-                "sft step",
-                step=step,
-                of=total,
-                epoch=(step - 1) // stream.batches_per_epoch + 1,
-                nll=round(update.get("nll", 0.0), 4),
-                tokens=int(update["tokens_trained"]),
-                step_s=round(metrics["timing/step_s"], 2),
-            )
+        with progress_heartbeat(progress.say):
+            for step in range(start + 1, total + 1):
+                began = time.perf_counter()
+                update = trainer.update(stream.next_batch(), objective="likelihood")
+                metrics = {f"sft/{k}": v for k, v in update.items()}
+                if step % save_freq == 0 or step == total:
+                    last = _save(experiment, step, policy, trainer, stream, run, data)
+                metrics["timing/step_s"] = time.perf_counter() - began
+                metrics_log.write(step, metrics)
+                progress.step_done(int(update["tokens_trained"]))
+                log.info(
+                    "sft step",
+                    step=step,
+                    of=total,
+                    epoch=(step - 1) // stream.batches_per_epoch + 1,
+                    nll=round(update.get("nll", 0.0), 4),
+                    tokens=int(update["tokens_trained"]),
+                    step_s=round(metrics["timing/step_s"], 2),
+                )
     finally:
         metrics_log.close()
     if last is None:
         raise AstunerError("sft: no step ran and no checkpoint exists.")
     return last
+
+
+@dataclass
+class SftProgress:
+    """Steps done of `total` and tokens trained since `started`: the plain line `astuner sft` logs
+    every `ASTUNER_PROGRESS_EVERY_S` seconds off a terminal (`progress_heartbeat`), since a step
+    on a CPU may take minutes."""
+
+    done: int
+    total: int
+    tokens: int = 0
+    started: float = field(default_factory=time.perf_counter)
+
+    def step_done(self, tokens: int) -> None:
+        self.done += 1
+        self.tokens += tokens
+
+    def say(self) -> None:
+        elapsed = time.perf_counter() - self.started
+        get_logger(backbone="torch", command="sft").info(
+            "sft progress",
+            step=f"{self.done}/{self.total}",
+            tokens_trained=self.tokens,
+            tokens_per_s=round(self.tokens / max(elapsed, 1e-9), 1),
+            elapsed_s=round(elapsed, 1),
+        )
 
 
 def _save(
