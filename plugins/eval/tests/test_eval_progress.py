@@ -3,9 +3,10 @@ one to `rollouts/eval.jsonl` as it ends.
 
 A real `astuner eval` in a child process (the installed plugins, and a
 scripted engine), its stdout and stderr redirected to one file, one rollout
-at a time, with a workflow that takes about a second. Each rollout's workflow, before it sleeps, notes what
-the output file and the rollout file held at that moment; the test reads
-those notes: what a user tailing the files would have seen mid-run.
+at a time, with a workflow that takes about a second. Each rollout's
+workflow, before it sleeps, notes what the output file and the rollout file
+held at that moment; the test reads those notes: what a user tailing the
+files would have seen mid-run.
 """
 
 from __future__ import annotations
