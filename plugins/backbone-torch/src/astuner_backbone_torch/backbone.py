@@ -62,7 +62,7 @@ from astuner_backbone_torch.checkpoint import (
     set_rng_state,
 )
 from astuner_backbone_torch.data import TaskStream
-from astuner_backbone_torch.engine import TransformersEngine
+from astuner_backbone_torch.engine import TransformersEngine, quiet_transformers
 from astuner_backbone_torch.metrics import MetricsLog, rollout_metrics
 from astuner_backbone_torch.models import resolve_model_dir
 from astuner_backbone_torch.policy import Policy
@@ -338,13 +338,6 @@ class TorchBackbone:
         set_rng_state(tensors["rng"])
         stream.load_state_dict(checkpoint.state["data"])
         return checkpoint.step
-
-
-def quiet_transformers() -> None:
-    """No per-file progress bars from transformers when loading or saving weights every step."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
 
 
 def _tasks(tasks: Any, split: str, reader: str) -> list[Task]:

@@ -119,6 +119,7 @@ class TransformersEngine:
         from astuner_backbone_torch.models import resolve_model_dir
 
         folder = resolve_model_dir(served.path)
+        quiet_transformers()
         model = AutoModelForCausalLM.from_pretrained(
             folder, dtype=_dtype(settings.dtype, _device(settings.device))
         )
@@ -279,3 +280,11 @@ def _resolve(future: asyncio.Future[Generation], generation: Generation) -> None
 def _fail(future: asyncio.Future[Generation], exc: Exception) -> None:
     if not future.done():
         future.set_exception(exc)
+
+
+def quiet_transformers() -> None:
+    """No progress bars from transformers when loading or saving weights: one per load (each
+    debug look, eval, and every training step's weight sync) is noise in the run's output."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
