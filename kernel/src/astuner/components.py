@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,6 +181,21 @@ class Engines:
         """The service over every installed engine: for a part built outside a run (a test, a notebook)."""
         return cls(Plugins())
 
+    def require(self, name: str, model: EngineModel, *, key: str = "") -> None:
+        """Raise the ConfigError `build` would for an engine that is not installed; build nothing.
+
+        For a plugin that builds its engine late (on first use) but should
+        refuse a missing one where it is itself built, before any rollout.
+        """
+        self._registration(name, model, key or "engine settings")
+
+    def _registration(self, name: str, model: EngineModel, where: str) -> tuple[str, Registration]:
+        try:
+            name = _resolve_engine(name, model.url, self._plugins, where)
+            return name, self._plugins.get("engine", name, search_paths=self._search_paths)
+        except PluginError as exc:
+            raise ConfigError(f"{where}: {exc}") from exc
+
     def build(self, name: str, settings: Mapping[str, Any], model: EngineModel, *, key: str = "") -> Any:
         """Engine `name` serving `model`, with `settings` validated by that engine's settings model.
 
@@ -188,11 +204,7 @@ class Engines:
         errors name it, and the key within it that is wrong.
         """
         where = key or "engine settings"
-        try:
-            name = _resolve_engine(name, model.url, self._plugins, where)
-            reg = self._plugins.get("engine", name, search_paths=self._search_paths)
-        except PluginError as exc:
-            raise ConfigError(f"{where}: {exc}") from exc
+        name, reg = self._registration(name, model, where)
         validated = None
         if reg.settings is not None:
             try:
@@ -440,7 +452,7 @@ def check_model_path(path: str, key: str) -> None:
     looks_local = path.startswith(("/", ".", "~")) or "\\" in path or path.count("/") > 1
     if (looks_local or path.endswith(".gguf")) and not Path(path).exists():
         raise ConfigError(
-            f"{key} '{path}' looks like a local path, and {Path(path).absolute()} does not exist "
+            f"{key} '{path}' looks like a local path, and {os.path.abspath(path)} does not exist "
             f"(relative paths are taken from the working directory, {Path.cwd()}). "
             f"Set {key} to {kinds}."
         )
