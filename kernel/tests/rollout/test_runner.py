@@ -1,9 +1,13 @@
 """The runner keeps going whatever a workflow does, and runs many rollouts at once."""
 
 import asyncio
+import time
+
+import pytest
 
 from astuner import Task, Workflow, WorkflowOutput
 from astuner.core.tracker import TrackerSettings
+from astuner.errors import AstunerError
 from astuner.rollout.engine import SamplingParams
 from astuner.rollout.runner import RunnerSettings
 
@@ -134,3 +138,28 @@ def test_a_non_finite_reward_is_a_rollout_error_naming_judge_and_task(make_runne
         assert f"for task '{trajectory.task_id}'" in trajectory.error
     assert (fine.reward, fine.error) == (1.0, None)
     assert capsys.readouterr().err.count("non-finite reward") == 3
+
+
+class FirstEndsTheRestWait(Workflow):
+    """t0 ends at once; the others would run for a minute."""
+
+    async def execute(self, workflow_task, model_tuner) -> WorkflowOutput:
+        if workflow_task.task.task_id != "t0":
+            await asyncio.sleep(60)
+        call = await model_tuner.chat([{"role": "user", "content": workflow_task.task.main_query}])
+        return WorkflowOutput(response=call.content)
+
+
+def test_a_rollout_file_that_cannot_be_written_stops_the_batch_at_once(make_runner, tmp_path) -> None:
+    runner, _ = make_runner(FirstEndsTheRestWait, say_the_number)
+    (tmp_path / "rollouts").write_text("a file where the folder should be")
+    record = tmp_path / "rollouts" / "step_1.jsonl"
+
+    async def batch() -> set[asyncio.Task]:
+        with pytest.raises(AstunerError, match=r"Cannot write records to .*step_1\.jsonl"):
+            await runner.run(tasks(3), SAMPLING, progress=False, record=record)
+        return asyncio.all_tasks() - {asyncio.current_task()}
+
+    began = time.monotonic()
+    assert asyncio.run(batch()) == set()  # the two waiting runs were cancelled when run() raised
+    assert time.monotonic() - began < 10
