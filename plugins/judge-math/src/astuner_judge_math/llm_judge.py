@@ -155,6 +155,25 @@ class MathAnswerLlmJudge:
                 f"{KEY}.model) to the judging model's name, and {KEY}.engine / {KEY}.engine_settings to "
                 "reach it, e.g. engine: openai, engine_settings: {base_url: http://127.0.0.1:8000/v1}."
             )
+        if engine is None and engines is not None:
+            self._require_engine(engines)
+
+    def _require_engine(self, engines: Engines) -> None:
+        """Refuse an engine that is not installed now, not at the first verdict (a judge's error
+        there is recorded per rollout). No engine is a dependency of this package: `openai`, the
+        default, comes with its extra."""
+        try:
+            engines.require(self.settings.engine, self.served_model(), key=f"{KEY}.engine")
+        except ConfigError as exc:
+            extra = (
+                'So does `pip install "astuner-judge-math[openai]"`. '
+                if self.settings.engine == "openai"
+                else ""
+            )
+            raise ConfigError(
+                f"Judge 'math_answer_llm' reaches its auxiliary model through engine "
+                f"'{self.settings.engine}'. {exc} {extra}Or set {KEY}.engine to an installed engine."
+            ) from exc
 
     def served_model(self) -> EngineModel:
         """The model the auxiliary engine serves: this judge's, never the policy's nor its endpoint."""
