@@ -52,5 +52,7 @@ def test_a_run_named_after_a_config_file_that_is_not_utf8_ends_cleanly(tmp_path:
     (run,) = Path(os.fsdecode(bytes(tmp_path) + b"/launcher_record/caf\xe9")).iterdir()
     assert read_status(run).state == "finished"
     closing = result.stdout.strip().splitlines()
-    assert closing[-5].startswith("run finished after "), result.stdout
-    assert closing[-4] == f"  records:     {tmp_path}/launcher_record/caf\\udce9/{run.name}/rollouts/"
+    assert closing[-4].startswith("run finished after "), result.stdout
+    assert (
+        closing[-3] == f"  checkpoint:  {tmp_path}/launcher_record/caf\\udce9/{run.name}/checkpoints/step_2"
+    )
