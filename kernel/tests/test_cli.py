@@ -281,3 +281,10 @@ def test_an_unexpected_error_offers_the_traceback_only_when_it_was_not_shown(
     assert "error: RuntimeError: the disk is on fire" in result.stderr
     assert ("Traceback" in result.stderr) is verbose
     assert ("run with --verbose for the traceback" in result.stderr) is not verbose
+
+
+def test_a_sub_command_of_a_plugin_without_its_plugin_names_the_package(plugins: Plugins) -> None:
+    result = invoke(make_app(plugins), "data", "download", "some/dataset")
+    assert result.exit_code == 1
+    assert "Command 'data download' comes with the plugin astuner-reader-hf" in result.stderr
+    assert "`pip install astuner-reader-hf`" in result.stderr and "./plugins/reader-hf" in result.stderr

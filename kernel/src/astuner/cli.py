@@ -317,9 +317,23 @@ def _name_missing_commands(app: typer.Typer) -> None:
 
     taken = command_names(app)
     for kind, name in MOVED_OUT:
-        if kind == "command" and name not in taken:
+        if kind != "command" or name in taken:
+            continue
+        *groups, leaf = name.split()  # `data download`: under the kernel's own `data` group
+        parent = _group(app, groups)
+        if parent is not None:
             settings = {**COMPANION_ARGS, "help_option_names": []}
-            app.command(name, hidden=True, context_settings=settings)(_not_installed(name))
+            parent.command(leaf, hidden=True, context_settings=settings)(_not_installed(name))
+
+
+def _group(app: typer.Typer, path: list[str]) -> typer.Typer | None:
+    """The sub-app at `path` (`["data"]`: `astuner data`), or None if there is none."""
+    for name in path:
+        found = [g.typer_instance for g in app.registered_groups if g.name == name and g.typer_instance]
+        if not found:
+            return None
+        app = found[0]
+    return app
 
 
 def _not_installed(name: str) -> Callable[[], None]:

@@ -61,6 +61,7 @@ MOVED_OUT: dict[tuple[str, str], str] = {
     ("command", "eval"): "astuner-eval",
     ("command", "logview"): "astuner-logview",
     ("command", "envservice"): "astuner-judge-envservice",
+    ("command", "data download"): "astuner-reader-hf",
 }
 
 # kind -> the hook that registers it
@@ -128,9 +129,14 @@ def missing_block_message(kind: str, name: str, key: str, origin: str) -> str:
 
 
 def command_names(app: Any) -> set[str]:
-    """The names a typer app answers to: its commands and its sub-apps."""
+    """The names a typer app answers to: its commands and its sub-apps, and theirs (`data download`)."""
     named = {info.name or info.callback.__name__ for info in app.registered_commands if info.callback}
-    return named | {info.name for info in app.registered_groups if info.name}
+    for group in app.registered_groups:
+        if group.name:
+            named.add(group.name)
+            if group.typer_instance is not None:
+                named |= {f"{group.name} {sub}" for sub in command_names(group.typer_instance)}
+    return named
 
 
 @dataclass(frozen=True)
