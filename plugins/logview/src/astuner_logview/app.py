@@ -4,6 +4,7 @@ Routes (all GET):
 
 - `/`: the page; `/static/<file>`: its script and style, only files
   shipped in `astuner_logview/static/`.
+- `/api/health`: `{"status": "ok"}` once the server answers (`start_logview` waits for it).
 - `/api/runs`: the run list.
 - `/api/trajectories?run=&offset=&limit=&step=&task=&min_reward=&max_reward=&success=&madness=&error=&agent=`:
   a filtered page of trajectory summaries (`success`, `madness`, `error`: `yes`/`no`; `agent`: those
@@ -123,6 +124,10 @@ def create_app(
         if name not in shipped:
             raise NotFound(f"no static file {name!r}")
         return FileResponse(shipped[name])
+
+    @app.get("/api/health", response_class=_JSON)
+    def health() -> _JSON:
+        return _JSON({"status": "ok"})
 
     @app.get("/api/runs", response_class=_JSON)
     def runs() -> _JSON:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import secrets
 import time
+import urllib.request
 from pathlib import Path
+from urllib.error import URLError
 from urllib.parse import quote
 
 from astuner.api import AstunerError, ThreadedServer
@@ -13,6 +15,7 @@ from astuner_logview.app import create_app
 from astuner_logview.runs import find_runs
 
 DEFAULT_PORT = 8181
+ANSWER_TIMEOUT_S = 30.0
 
 
 class LogviewServer:
@@ -66,7 +69,10 @@ def start_logview(
     bound to any other address it always needs one, and without `token` a
     random one is made (`.token`, and in `.url`): logs must never be open to
     the network by accident.
-    Raises `AstunerError` when the folder is missing or the port is taken.
+    Returns once the server has answered a request (`/api/health`), so an
+    address printed next works at once.
+    Raises `AstunerError` when the folder is missing, the port is taken or
+    the server does not answer.
     """
     root = Path(path).expanduser()
     if not root.is_dir():
@@ -85,7 +91,41 @@ def start_logview(
             f"Cannot serve the log viewer on {host}:{port}: {exc.strerror or exc}. "
             "Stop whatever uses that port, or pick another with --port (0 picks a free one)."
         ) from exc
-    return LogviewServer(server.start(), root.resolve(), token)
+    viewer = LogviewServer(server.start(), root.resolve(), token)
+    try:
+        _wait_until_answering(viewer, host)
+    except AstunerError:
+        viewer.stop()
+        raise
+    return viewer
+
+
+def _wait_until_answering(viewer: LogviewServer, host: str, timeout: float = ANSWER_TIMEOUT_S) -> None:
+    """Return once `/api/health` answers 200, so the address printed next works at its first request.
+
+    A started server thread is not yet proof that a request gets through the
+    app (its guard, its routes); users open the printed address at once.
+    A wildcard bind is asked through loopback, with the token when there is one.
+    """
+    address = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    request = urllib.request.Request(f"http://{address}:{viewer.port}/api/health")
+    if viewer.token:
+        request.add_header("Authorization", f"Bearer {viewer.token}")
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through http_proxy
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with direct.open(request, timeout=5) as answer:
+                if answer.status == 200:
+                    return
+                problem = f"status {answer.status}"
+        except (URLError, OSError) as exc:
+            problem = str(exc)
+        if time.monotonic() > deadline:
+            raise AstunerError(
+                f"The log viewer on {host}:{viewer.port} did not answer within {timeout:.0f} s ({problem})."
+            )
+        time.sleep(0.05)
 
 
 def runs_found(path: str | Path) -> int:
