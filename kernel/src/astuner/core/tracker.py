@@ -114,12 +114,16 @@ class ContextTracker:
         tokenizer: ChatTokenizer,
         settings: TrackerSettings | None = None,
         madness: MadnessMonitor | None = None,
+        on_tools: Callable[[], None] | None = None,
     ) -> None:
+        """`on_tools` is called at each call that offers tools, before its prompt is built: the run
+        says how tools reach the model only once it knows that its workflow offers any."""
         self.tokenizer = tokenizer
         self.settings = settings or TrackerSettings()
         if self.settings.mode not in ("cumulative", "template"):
             raise ValueError(f"unknown context tracker mode {self.settings.mode!r}")
         self.madness = madness
+        self._on_tools = on_tools
         self.tool_format = resolve_tool_format(
             tokenizer, self.settings.tool_format, self.settings.tool_parser, self.settings.tool_demonstration
         )
@@ -145,6 +149,8 @@ class ContextTracker:
         t0 = time.perf_counter()
         msgs = [self._clip(m) for m in normalize_messages(messages)]
         tool_list = [dict(t) for t in tools] if tools else None
+        if tool_list and self._on_tools is not None:
+            self._on_tools()
         if self.stop_reason is not None:
             return self._prepared(agent_name, msgs, tool_list, [], "none", t0, self.stop_reason)
         ctx = self._contexts.get(agent_name)

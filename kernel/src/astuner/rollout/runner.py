@@ -49,6 +49,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -102,6 +103,8 @@ class RolloutRunner:
     `agents` is the run's `AgentPlan` (default: the workflow's trainable targets, no adapters).
     `workflow_config` is what the workflow reads as `workflow_task.config` (the run's config, under
     `astuner run`); the runner only hands it on.
+    `tool_notice` is called with the tokenizer at each model call that offers tools (see
+    `astuner.rollout.stack.ToolFormatNotice`).
     """
 
     def __init__(
@@ -119,6 +122,7 @@ class RolloutRunner:
         workflow_config: object = None,
         gym_env_factory: Callable[[Task], Any] | None = None,
         executor: WorkflowExecutor | None = None,
+        tool_notice: Callable[[ChatTokenizer], None] | None = None,
     ) -> None:
         self.workflow = workflow
         self.judge = judge
@@ -131,6 +135,7 @@ class RolloutRunner:
         self.workflow_config = workflow_config
         self.gym_env_factory = gym_env_factory
         self.executor = executor
+        self.tool_notice = tool_notice
         self.agents = AgentPlan(tuple(workflow.trainable_targets)) if agents is None else agents
         _warn_of_unserved_adapters(self.agents, engine)
 
@@ -221,7 +226,8 @@ class RolloutRunner:
         tracker = None
         if self.tokenizer is not None:
             monitor = MadnessMonitor(self.madness_checks, terminate=self.settings.agent_madness_termination)
-            tracker = ContextTracker(self.tokenizer, self.settings.tracker, madness=monitor)
+            notice = partial(self.tool_notice, self.tokenizer) if self.tool_notice is not None else None
+            tracker = ContextTracker(self.tokenizer, self.settings.tracker, madness=monitor, on_tools=notice)
         gateway_url = self.gateway.url if self.gateway is not None else None
         return model_tuner_class()(
             rollout_id=rollout_id,

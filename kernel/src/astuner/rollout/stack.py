@@ -6,6 +6,7 @@ its own engine (the policy being trained) instead of building one.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -67,7 +68,7 @@ def runner_settings_from_config(config: AstunerConfig, max_parallel: int | None 
 
 
 def report_tool_format(tokenizer: ChatTokenizer, config: AstunerConfig) -> None:
-    """One log line per run on how tools reach the model; a warning when they cannot."""
+    """One log line on how tools reach the model; a warning when they cannot (see `ToolFormatNotice`)."""
     model = config.model
     renders = template_renders_tools(tokenizer)
     log = get_logger()
@@ -87,6 +88,31 @@ def report_tool_format(tokenizer: ChatTokenizer, config: AstunerConfig) -> None:
         how = "the chat template renders none, so astuner writes them into the messages"
     demo = "with" if model.tool_demonstration else "without"
     log.info(f"tool format: {fmt.name} ({how}; {demo} a demonstration; replies read by '{fmt.parser}')")
+
+
+class ToolFormatNotice:
+    """`report_tool_format`, once a run, at the first model call that offers tools.
+
+    When the stack is built nobody knows yet whether the workflow passes
+    tools (werewolves passes none), and a line about tool formats on a run
+    without tools is noise. So every rollout's tracker calls this notice
+    at each call with tools, and only the first call reports. One notice
+    serves a run's rollouts (`RolloutParts`), from several threads under
+    Trinity.
+    """
+
+    def __init__(self, config: AstunerConfig) -> None:
+        self._config = config
+        self._lock = threading.Lock()
+        self._told = False
+
+    def __call__(self, tokenizer: ChatTokenizer) -> None:
+        """Report for `tokenizer` unless an earlier call has."""
+        with self._lock:
+            if self._told:
+                return
+            self._told = True
+        report_tool_format(tokenizer, self._config)
 
 
 def build_madness_checks(config: AstunerConfig, plugins: Plugins) -> dict[str, MadnessCheck]:
@@ -118,9 +144,9 @@ class RolloutParts:
     Built once per astuner run, and once per worker process under verl and
     Trinity (`astuner.rollout.episode`): the workflow, the judge, the madness
     checks, the environment maker, the executor (`rollout.executor`; None
-    for `local`) and the agent plan (`agents`, with the workflow's trainable
-    targets). `runner()` binds them to an engine, its tokenizer, a gateway
-    and the auxiliary models.
+    for `local`), the agent plan (`agents`, with the workflow's trainable
+    targets) and the run's one `ToolFormatNotice`. `runner()` binds them to
+    an engine, its tokenizer, a gateway and the auxiliary models.
     """
 
     config: AstunerConfig
@@ -130,6 +156,7 @@ class RolloutParts:
     gym_env_factory: Any
     agents: AgentPlan
     executor: WorkflowExecutor | None = None
+    tool_notice: ToolFormatNotice | None = None
 
     @classmethod
     def build(cls, config: AstunerConfig, plugins: Plugins, reader: TaskReader | None = None) -> RolloutParts:
@@ -151,7 +178,9 @@ class RolloutParts:
             trainable_targets=config.rollout.trainable_targets,
             shared_lora_rank=config.model.lora.rank,
         )
-        return cls(config, workflow, judge, checks, gym_env_factory, agents, build_executor(config, plugins))
+        executor = build_executor(config, plugins)
+        notice = ToolFormatNotice(config)
+        return cls(config, workflow, judge, checks, gym_env_factory, agents, executor, notice)
 
     def runner(
         self,
@@ -176,6 +205,7 @@ class RolloutParts:
             workflow_config=self.config,
             gym_env_factory=self.gym_env_factory,
             executor=self.executor,
+            tool_notice=self.tool_notice,
         )
 
     async def aclose(self) -> None:
@@ -185,16 +215,11 @@ class RolloutParts:
 
 
 def engine_tokenizer(config: AstunerConfig, engine: Any) -> ChatTokenizer | None:
-    """The chat tokenizer of a token engine (its `tokenizer_path`, else `model.path`); None for a chat engine.
-
-    Loading it logs how tools reach the model, once per stack.
-    """
+    """A token engine's chat tokenizer (its `tokenizer_path`, else `model.path`); None for a chat engine."""
     if not isinstance(engine, TokenEngine):
         return None
     own = engine.tokenizer_path if isinstance(engine, HasTokenizerPath) else None
-    tokenizer = load_tokenizer(own or config.model.path)
-    report_tool_format(tokenizer, config)
-    return tokenizer
+    return load_tokenizer(own or config.model.path)
 
 
 @asynccontextmanager

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from astuner.core.tokenizer import ChatTokenizer, load_tokenizer
-from astuner.logs import forget_warnings
+from astuner.logs import forget_warnings, get_logger
 from astuner.plugins import Plugins
 from astuner.testing.tokenizers import llama3_tokenizer, qwen3_tokenizer, qwen25_tokenizer
 
@@ -22,6 +22,13 @@ from astuner.testing.tokenizers import llama3_tokenizer, qwen3_tokenizer, qwen25
 def _fresh_warnings() -> None:
     """Each test starts with nothing warned yet: a warn-once from an earlier test must not hide its own."""
     forget_warnings()
+
+
+@pytest.fixture(autouse=True)
+def _logging_set_up() -> None:
+    """Logging is set up before each test: set up at its first use inside structlog's `capture_logs`,
+    it would replace the capture, and a test that happens to log first would capture nothing."""
+    get_logger()
 
 
 @pytest.fixture
