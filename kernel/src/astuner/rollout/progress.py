@@ -139,8 +139,9 @@ class RolloutProgress:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._progress.__exit__(None, None, None)
+        # The plain lines stop before the closing draw, so none comes after the batch's last figures.
         self._heartbeat.__exit__(None, None, None)
+        self._progress.__exit__(None, None, None)
 
     def advance(self, trajectory: Trajectory) -> None:
         """Count one finished run."""
