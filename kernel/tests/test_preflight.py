@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from astuner import hookimpl
 from astuner.cli import make_app
 from astuner.plugins import Plugins
+from astuner.rollout.progress import PROGRESS_ENV
 from astuner.testing.backbones import EndingBackbone, EndSettings, only_run, run_ending
 from astuner.testing.cli import run_astuner
 
@@ -35,6 +36,14 @@ def test_a_missing_data_file_is_named_with_where_it_was_looked_for(write_config,
 def test_an_engine_that_is_not_installed_is_named_with_its_key(write_config, workdir: Path) -> None:
     error = _refused(workdir, write_config({}), "rollout.engine=nosuch")
     assert "rollout.engine, from the command line" in error and "'nosuch'" in error
+
+
+def test_a_wrong_progress_interval_is_refused_before_the_folder(write_config, workdir: Path) -> None:
+    conf, wrong = str(write_config({})), {PROGRESS_ENV: "soon"}
+    result = run_astuner("run", "--conf", conf, "--backbone", "debug", cwd=workdir, env=wrong)
+    assert result.returncode == 1 and result.stderr.count("error:") == 1, result.stdout + result.stderr
+    assert f"{PROGRESS_ENV}='soon'" in result.stderr
+    assert not (workdir / "launcher_record").exists()
 
 
 def test_a_run_that_fails_at_once_points_to_no_records_folder_it_never_wrote(

@@ -92,8 +92,10 @@ class RunLifecycle:
         """
         from astuner.components import build, preflight
         from astuner.record import ExperimentDir
+        from astuner.rollout.progress import progress_every_s
 
         preflight(config, plugins)
+        progress_every_s()  # a wrong ASTUNER_PROGRESS_EVERY_S stops here, not at the first batch
         for name in config.notify:
             build(config, plugins, "notifier", name)
         experiment = ExperimentDir.create(
