@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from astuner.config import AstunerConfig
 from astuner.config_errors import describe_origin, explain_validation_error
+from astuner.config_paths import ConfigPath, missing_message, resolve_settings
 from astuner.core.toolcalls import tool_parsers
 from astuner.errors import ConfigError, PluginError
 from astuner.plugins import Plugins, Registration, missing_block_message
@@ -74,8 +74,30 @@ def check_plugin_blocks(config: AstunerConfig, plugins: Plugins) -> None:
                 f"of an installed {kind.replace('_', ' ')} (installed: "
                 f"{', '.join(sorted(registry)) or 'none'}).{hint}"
             )
+    for kind, key, name in _chosen_plugins(config):
+        _chosen_plugin(config, plugins, kind, key, name)
     check_auxiliary_models(config, plugins)
     check_executor(config, plugins)
+
+
+def _chosen_plugins(config: AstunerConfig) -> list[tuple[str, str, str]]:
+    """(kind, key, value) of the keys that choose a plugin by name or import string."""
+    return [
+        ("reader", "task_reader.type", config.task_reader.type),
+        ("judge", "task_judge.judge_protocol", config.task_judge.judge_protocol),
+    ]
+
+
+def _chosen_plugin(config: AstunerConfig, plugins: Plugins, kind: str, key: str, name: str) -> Registration:
+    """The plugin `key` chooses; a ConfigError naming the key and where it was set if none is installed.
+
+    Checked with the plugin blocks, so that `config show` refuses what `run`
+    refuses (an old reader name such as `dataset_file`), in the same words.
+    """
+    try:
+        return plugins.get(kind, name, search_paths=config.search_paths())
+    except PluginError as exc:
+        raise ConfigError(f"{key}, from {_origin(config, key)}: {exc}") from exc
 
 
 def plugin_settings(config: AstunerConfig, reg: Registration) -> BaseModel | None:
@@ -85,10 +107,10 @@ def plugin_settings(config: AstunerConfig, reg: Registration) -> BaseModel | Non
     for kind, section, blocks in _plugin_blocks(config):
         if kind == reg.kind:
             raw = blocks.get(reg.name) or {}
+            prefix = f"{section}.{reg.name}" if section else reg.name
             try:
-                return reg.settings.model_validate(raw)
+                return resolve_settings(config, reg.settings.model_validate(raw), prefix)
             except ValidationError as exc:
-                prefix = f"{section}.{reg.name}" if section else reg.name
                 raise ConfigError(_explain(config, exc, reg.settings, prefix)) from exc
     return reg.settings()
 
@@ -404,16 +426,16 @@ def preflight(config: AstunerConfig, plugins: Plugins) -> None:
     where this machine loads it, and that the engine `rollout.engine` names is
     installed. Nothing is built: a plugin is built once, by the run.
     """
-    search = config.search_paths()
-    for kind, name in (("reader", config.task_reader.type), ("judge", config.task_judge.judge_protocol)):
-        check = getattr(plugin_settings(config, plugins.get(kind, name, search)), "check_before_run", None)
+    for kind, key, name in _chosen_plugins(config):
+        reg = _chosen_plugin(config, plugins, kind, key, name)
+        check = getattr(plugin_settings(config, reg), "check_before_run", None)
         if callable(check):
             check()
     if config.rollout.agentscope_workflow:
-        plugins.get("workflow", config.rollout.agentscope_workflow, search)
+        plugins.get("workflow", config.rollout.agentscope_workflow, config.search_paths())
     engine = _checked_engine(config, plugins)
     if engine == LOCAL_ENGINE and not config.rollout.engine_url:
-        check_model_path(config.model.path, "model.path")
+        check_model_path(config.model.path, "model.path", config.path_of("model.path"))
 
 
 def _checked_engine(config: AstunerConfig, plugins: Plugins) -> str | None:
@@ -435,12 +457,13 @@ def _checked_engine(config: AstunerConfig, plugins: Plugins) -> str | None:
     return config.rollout.engine
 
 
-def check_model_path(path: str, key: str) -> None:
+def check_model_path(path: str, key: str, written: ConfigPath | None = None) -> None:
     """Refuse an empty model path, and one that looks like a local path (not a hub id) but is not there.
 
     Hugging Face would take it for a hub id and fail with a message about
     repo-id characters; a hub id (`name`, `org/name`) and a `builtin:` are
-    left to the loader.
+    left to the loader. `written`: how a config made `path` absolute, to say
+    what was written and from which folder it was taken.
     """
     from astuner.core.tokenizer import BUILTIN_PREFIX, SMOLLM2
 
@@ -451,11 +474,8 @@ def check_model_path(path: str, key: str) -> None:
         return
     looks_local = path.startswith(("/", ".", "~")) or "\\" in path or path.count("/") > 1
     if (looks_local or path.endswith(".gguf")) and not Path(path).exists():
-        raise ConfigError(
-            f"{key} '{path}' looks like a local path, and {os.path.abspath(path)} does not exist "
-            f"(relative paths are taken from the working directory, {Path.cwd()}). "
-            f"Set {key} to {kinds}."
-        )
+        shown = written if written is not None else path
+        raise ConfigError(f"{missing_message(key, shown, 'local path')}. Set {key} to {kinds}.")
 
 
 def build_engine(config: AstunerConfig, plugins: Plugins) -> Any:

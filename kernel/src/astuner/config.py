@@ -27,6 +27,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDic
 from astuner import compat
 from astuner.config_errors import explain_validation_error
 from astuner.config_origins import ENV_PREFIX, PASSTHROUGH_BLOCKS, ConfigOrigins, Layer
+from astuner.config_paths import ConfigPath, base_for, resolve, resolve_local
 from astuner.config_sections import (
     AUXILIARY_NAME,
     AgentConfig,
@@ -93,6 +94,7 @@ class AstunerConfig(BaseSettings):
 
     _source: Path | None = PrivateAttr(None)
     _origins: ConfigOrigins | None = PrivateAttr(None)
+    _paths: dict[str, ConfigPath] = PrivateAttr(default_factory=dict)
 
     @classmethod
     def settings_customise_sources(
@@ -133,6 +135,10 @@ class AstunerConfig(BaseSettings):
     def astune(self) -> AstunerConfig:
         """This config, under the system's old name (`config.astune.rollout.multi_turn.max_steps`)."""
         return self
+
+    def path_of(self, dotted: str) -> ConfigPath | None:
+        """How the local path at `dotted` (e.g. `model.path`) was resolved: what was written, from where."""
+        return self._paths.get(dotted)
 
     def search_paths(self) -> list[Path]:
         """Where import strings are looked up: the working directory and the config's folder."""
@@ -224,10 +230,40 @@ def load_config(
     if config.experiment_name == "read_yaml_name":
         config.experiment_name = source.stem if source is not None else "default"
         config._origins.computed["experiment_name"] = "read_yaml_name: the config file's name"
+    _resolve_paths(config)
     compat.emit_notices(notices)
     if for_training:
         compat.notify_unused(config._origins.explicit_keys(), config.backbone, known, config.rollout.engine)
     return config
+
+
+def _resolve_paths(config: AstunerConfig) -> None:
+    """Make the local paths of the `astuner:` block absolute (`astuner.config_paths` says from where).
+
+    Only values the config file set change; plugin blocks' paths are resolved
+    when their settings are validated (`astuner.components.plugin_settings`). A value that may be a hub id
+    (`model.path`, `auxiliary_models.*.path`) is changed only where it names
+    a local path.
+    """
+
+    def local(dotted: str, value: str, *, hub: bool) -> str:
+        if base_for(config, dotted) == Path.cwd():
+            return value  # not from the file: the loaders take it from the working directory as is
+        resolved = resolve_local(config, dotted, value) if hub else str(resolve(config, dotted, value))
+        if resolved != value:
+            config._paths[dotted] = resolve(config, dotted, value)
+            if config._origins is not None:
+                config._origins.computed[dotted] = f"written {config._paths[dotted].describe()}"
+        return resolved
+
+    config.model.path = local("model.path", config.model.path, hub=True)
+    for name, spec in config.auxiliary_models.items():
+        spec.path = local(f"auxiliary_models.{name}.path", spec.path, hub=True)
+    for name, agent in config.agents.items():
+        if agent.lora is not None and agent.lora.path:
+            agent.lora.path = local(f"agents.{name}.lora.path", agent.lora.path, hub=False)
+    if config.trainer_common.resume not in ("disable", "auto"):
+        config.trainer_common.resume = local("trainer_common.resume", config.trainer_common.resume, hub=False)
 
 
 def _installed_plugins() -> Plugins:

@@ -60,6 +60,13 @@ class ConfigOrigins:
                 keys.update(_leaf_keys(layer.data))
         return sorted(keys)
 
+    def layer_of(self, dotted: str) -> str | None:
+        """The kind of the highest layer that sets `dotted` (or the key above it, whole); None: default."""
+        for layer in reversed(self.layers):
+            if _deepest_prefix(layer.data, dotted) is not None:
+                return layer.kind
+        return None
+
     def origin_of(self, dotted: str) -> str:
         """`default`, `file x.yaml:12`, `env ASTUNER__A__B`, `-o a.b`, ...; an old spelling says so."""
         note = f" ({self.computed[dotted]})" if dotted in self.computed else ""

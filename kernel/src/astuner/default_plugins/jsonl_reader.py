@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from astuner.config_paths import missing_message
 from astuner.core.task import Task
 from astuner.errors import ConfigError
 from astuner.hookspecs import Register, hookimpl
@@ -19,8 +20,12 @@ class JsonlReaderSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    training_file: Path | None = Field(None, description="JSON-lines file of the train split.")
-    validation_file: Path | None = Field(None, description="JSON-lines file of the validation split.")
+    training_file: Path | None = Field(
+        None, description="JSON-lines file of the train split; relative: from the config file's folder."
+    )
+    validation_file: Path | None = Field(
+        None, description="JSON-lines file of the validation split; relative: from the config file's folder."
+    )
     query_field: str = Field("question", description="Field holding what the agent is asked.")
     answer_field: str | None = Field(
         "answer", description="Field holding the reference answer; null if tasks have none."
@@ -84,12 +89,11 @@ class JsonlReader:
 
 
 def _existing(path: Path, key: str) -> None:
-    """A ConfigError naming `key`, where `path` led and how to fix it, unless `path` is a file."""
+    """A ConfigError naming `key`, what was written, where it led and how to fix it, unless a file."""
     if not path.is_file():
         raise ConfigError(
-            f"task_reader.jsonl.{key}: file '{path}' does not exist (looked for {path.absolute()}; "
-            f"relative paths are taken from the working directory). Set it to a JSON-lines file "
-            f"with one task per line."
+            f"{missing_message(f'task_reader.jsonl.{key}', path)}. Set it to a JSON-lines file with one "
+            "task per line (a relative path in a config file is taken from the file's folder)."
         )
 
 

@@ -29,7 +29,10 @@ class HfReaderSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     dataset_path: str = Field(
-        description="A local dataset folder (relative to the working directory) or a hub id (openai/gsm8k)."
+        description="A local dataset folder (relative: from the config file's folder, or from the working "
+        "directory when given with -o) or a hub id (openai/gsm8k).",
+        # the marker of astuner.config_paths.LOCAL_OR_HUB: made absolute where a config file names a folder
+        json_schema_extra={"astuner_path": "local path or hub id"},
     )
     dataset_name: str | None = Field(
         None, description="The dataset config (hub: 'main' of openai/gsm8k; local: a sub-folder)."
@@ -71,8 +74,9 @@ class HfReader:
             dataset = self._open_local(find_local(path, s.dataset_name), split)
         elif s.dataset_path.startswith(_PATH_PREFIXES):
             raise ConfigError(
-                f"{KEY}.dataset_path: the folder '{s.dataset_path}' does not exist (relative paths start "
-                f"at the working directory, {Path.cwd()})."
+                f"{KEY}.dataset_path: the folder '{s.dataset_path}' does not exist: looked at "
+                f"{path.absolute()} (a relative path in a config file is taken from the file's folder, one "
+                f"given with -o from the working directory)."
             )
         else:
             dataset = self._open_hub(split)
