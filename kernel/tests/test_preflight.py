@@ -73,3 +73,28 @@ def test_a_finished_run_gives_no_reason_for_ending(plugins: Plugins, write_confi
     log = (only_run(workdir, "done") / "astuner.log").read_text()
     (ended,) = [e for e in map(json.loads, log.splitlines()) if e["event"] == "run finished"]
     assert "reason" not in ended
+
+
+def test_the_run_folders_config_finds_the_data_of_the_config_it_started_from(
+    plugins: Plugins, write_config, workdir: Path
+) -> None:
+    """`astuner eval --conf <run>/config.yaml` (a closing line) reads the files the run read: a
+    relative path saved as written would be taken from the run folder."""
+    from astuner.components import build_reader
+    from astuner.config import load_config
+
+    (workdir / "train.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
+    block = {"task_reader": {"type": "jsonl", "jsonl": {"training_file": "train.jsonl"}}}
+    plugins.add(
+        SimpleNamespace(
+            register_backbones=hookimpl(
+                lambda register: register("ending", EndingBackbone, settings=EndSettings)
+            )
+        ),
+        name="ending",
+    )
+    result = run_ending(make_app(plugins), write_config(block, name="saved.yaml"))
+    assert result.exit_code == 0, result.output
+    saved = load_config(only_run(workdir, "saved") / "config.yaml", for_training=False, plugins=plugins)
+    (task,) = build_reader(saved, plugins).read("train")
+    assert task.main_query == "1+1"

@@ -115,6 +115,44 @@ def plugin_settings(config: AstunerConfig, reg: Registration) -> BaseModel | Non
     return reg.settings()
 
 
+def saved_config(config: AstunerConfig, plugins: Plugins) -> dict[str, Any]:
+    """`config.to_yaml_dict()`, with the local paths of installed plugins' blocks as they resolved.
+
+    For the run folder's `config.yaml`: a relative path there would be taken
+    from the run folder when that file is loaded again (`astuner eval --conf
+    <run>/config.yaml`, which the closing lines print), not from the folder
+    of the config the run started from. The `astuner:` block's own paths are
+    absolute already (`astuner.config_paths`).
+    """
+    data = config.to_yaml_dict()
+    for kind, section, blocks in _plugin_blocks(config):
+        for name, raw in blocks.items():
+            target = _block_in(data["astuner"], section, name)
+            if name not in plugins.registry(kind) or not isinstance(raw, dict) or target is None:
+                continue
+            reg = plugins.get(kind, name, config.search_paths())
+            if reg.settings is None:
+                continue
+            prefix = f"{section}.{name}" if section else name
+            try:
+                resolved = resolve_settings(config, reg.settings.model_validate(raw), prefix)
+            except ValidationError:
+                continue  # the run reports a bad block where it reads it
+            for key in raw:
+                value = getattr(resolved, key, None)
+                if isinstance(value, ConfigPath) or (isinstance(value, str) and value != raw[key]):
+                    target[key] = str(value)
+    return data
+
+
+def _block_in(data: dict[str, Any], section: str, name: str) -> dict[str, Any] | None:
+    """The dict at `section.name` of a dumped `astuner:` block, or None."""
+    node: Any = data
+    for part in [*section.split("."), name] if section else [name]:
+        node = node.get(part) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else None
+
+
 SettingsOf = Callable[[str, str], BaseModel | None]
 """The `settings_of` service: `settings_of(kind, name)`, the validated settings block of a plugin.
 

@@ -90,7 +90,7 @@ class RunLifecycle:
         the seeds' environment switches on is a warning in the run's log, and
         the run goes on without it.
         """
-        from astuner.components import build, preflight
+        from astuner.components import build, preflight, saved_config
         from astuner.record import ExperimentDir
         from astuner.rollout.progress import progress_every_s
 
@@ -99,7 +99,7 @@ class RunLifecycle:
         for name in config.notify:
             build(config, plugins, "notifier", name)
         experiment = ExperimentDir.create(
-            config.experiment_dir, config.experiment_name, config.to_yaml_dict()
+            config.experiment_dir, config.experiment_name, saved_config(config, plugins)
         )
         mark_running(experiment.path, command)
         configure_logging(verbose=verbose, log_file=experiment.log_file)
