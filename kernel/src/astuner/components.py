@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from astuner.config import AstunerConfig
 from astuner.config_errors import describe_origin, explain_validation_error
-from astuner.config_paths import ConfigPath, missing_message, resolve_settings
+from astuner.config_paths import LOCAL_OR_HUB, ConfigPath, missing_message, resolve_settings
 from astuner.core.toolcalls import tool_parsers
 from astuner.errors import ConfigError, PluginError
 from astuner.plugins import Plugins, Registration, missing_block_message
@@ -138,10 +138,12 @@ def saved_config(config: AstunerConfig, plugins: Plugins) -> dict[str, Any]:
                 resolved = resolve_settings(config, reg.settings.model_validate(raw), prefix)
             except ValidationError:
                 continue  # the run reports a bad block where it reads it
+            fields = type(resolved).model_fields
             for key in raw:
-                value = getattr(resolved, key, None)
-                if isinstance(value, ConfigPath) or (isinstance(value, str) and value != raw[key]):
-                    target[key] = str(value)
+                value, field = getattr(resolved, key, None), fields.get(key)
+                local = field is not None and field.json_schema_extra == LOCAL_OR_HUB
+                if isinstance(value, ConfigPath) or (local and isinstance(value, str) and value != raw[key]):
+                    target[key] = str(value)  # only what `resolve_settings` changed: no other value
     return data
 
 
