@@ -149,9 +149,8 @@ def test_the_tutorial_runs_from_an_empty_folder(tmp_path: Path) -> None:
         assert t.error is None, t.error
         assert t.reward in (0.0, 1.0)
         assert t.calls[0].prompt_ids and len(t.calls[0].response_logprobs) == len(t.calls[0].response_ids)
-    # the model saw its one tool, and called it (the config's tool_demonstration shows it how)
+    # the model saw its one tool
     assert [tool["function"]["name"] for tool in debugged[0].calls[0].tools or []] == ["calculate"]
-    assert any(call.tool_calls for t in debugged for call in t.calls)
     (checkpoint,) = (records / "demo").glob("*/checkpoints/step_2")
     assert (checkpoint / "config.json").is_file()
     run = checkpoint.parent.parent
