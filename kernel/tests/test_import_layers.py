@@ -30,6 +30,7 @@ The layers, bottom up:
 from __future__ import annotations
 
 import ast
+import itertools
 from collections import deque
 from pathlib import Path
 
@@ -66,7 +67,8 @@ def _is_type_checking(test: ast.expr) -> bool:
 
 
 def imported_names(tree: ast.Module, module: str, is_package: bool) -> list[tuple[str, int]]:
-    """The dotted names a module imports when it runs (and the line of each), TYPE_CHECKING blocks left out."""
+    """The dotted names a module imports when it runs (and the line of each), TYPE_CHECKING blocks
+    left out."""
     found: list[tuple[str, int]] = []
 
     def visit(node: ast.AST) -> None:
@@ -182,7 +184,7 @@ def shortest_cycle(graph: Edges, group: list[str]) -> list[str]:
 def describe(graph: Edges, cycle: list[str]) -> str:
     """`a -> b (a:12) -> a (b:30)`: each step with the line of `a` that imports `b`."""
     steps = [cycle[0]]
-    for source, target in zip(cycle, cycle[1:], strict=False):
+    for source, target in itertools.pairwise(cycle):
         steps.append(f"{target} ({source}:{graph[source][target]})")
     return " -> ".join(steps)
 
