@@ -21,7 +21,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import torch
 from transformers import set_seed
 
 from astuner.api import AstunerError, ConfigError, Task, Trajectory, get_logger
@@ -67,6 +66,7 @@ from astuner_backbone_torch.metrics import MetricsLog, rollout_metrics
 from astuner_backbone_torch.models import resolve_model_dir
 from astuner_backbone_torch.policy import Policy
 from astuner_backbone_torch.settings import TorchSettings
+from astuner_backbone_torch.threads import use_threads
 from astuner_backbone_torch.trainer import PolicyTrainer
 from astuner_backbone_torch.translate import experiment_root, update_settings, validation_settings
 from astuner_backbone_torch.validation import validate
@@ -137,8 +137,7 @@ class TorchBackbone:
         estimator = chosen_estimator(config, ctx.plugins)
         loss = policy_loss(ctx.plugins, config.trainer_common)
         quiet_transformers()
-        if settings.num_threads:
-            torch.set_num_threads(settings.num_threads)
+        use_threads(settings.num_threads, "torch.num_threads")
         reader = build_reader(config, ctx.plugins)
         # The workflow loads before the model: its trainable_targets decide which adapters train.
         parts = RolloutParts.build(config, ctx.plugins, reader)

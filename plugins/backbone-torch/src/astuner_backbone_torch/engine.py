@@ -37,6 +37,7 @@ from astuner_backbone_torch.adapters import using_adapter
 from astuner_backbone_torch.decoding import DecodedRow, RunningBatch, Sampler
 from astuner_backbone_torch.prefix_cache import PrefixStore
 from astuner_backbone_torch.settings import TransformersEngineSettings
+from astuner_backbone_torch.threads import use_threads
 
 if TYPE_CHECKING:
     from astuner.api import EngineModel
@@ -82,11 +83,9 @@ class TransformersEngine:
         *,
         adapters: Collection[str] = (),
     ) -> None:
-        import torch
 
         self.settings = settings or TransformersEngineSettings()
-        if self.settings.num_threads:
-            torch.set_num_threads(self.settings.num_threads)
+        use_threads(self.settings.num_threads, "rollout.engines.transformers.num_threads")
         self.model = model
         self.device = next(model.parameters()).device
         config = model.generation_config

@@ -54,7 +54,8 @@ class TorchSettings(BaseModel):
     num_threads: int | None = Field(
         None,
         ge=1,
-        description="torch CPU threads; default torch's: OMP_NUM_THREADS where set, else one per core.",
+        description="torch CPU threads. Default: OMP_NUM_THREADS where set, else the cores other "
+        "processes leave free, measured once at start (all of them on a quiet machine).",
     )
     logprob_chunk: int = Field(1024, ge=1, description="Positions per chunk of the log-prob computation.")
     skip_zero_advantage: bool = Field(
@@ -100,7 +101,8 @@ class TransformersEngineSettings(BaseModel):
     num_threads: int | None = Field(
         None,
         ge=1,
-        description="torch CPU threads; default torch's: OMP_NUM_THREADS where set, else one per core.",
+        description="torch CPU threads. Default: OMP_NUM_THREADS where set, else the cores other "
+        "processes leave free, measured once at start (all of them on a quiet machine).",
     )
     continuous_batching: bool = Field(
         True,

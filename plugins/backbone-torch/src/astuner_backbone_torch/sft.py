@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from astuner.api import AstunerError, ChatTokenizer, ConfigError, Trajectory, get_logger, load_tokenizer
 from astuner.training import (
     DemonstrationError,
@@ -60,6 +58,7 @@ from astuner_backbone_torch.metrics import MetricsLog
 from astuner_backbone_torch.models import resolve_model_dir
 from astuner_backbone_torch.policy import Policy
 from astuner_backbone_torch.settings import SftSettings, TorchSettings
+from astuner_backbone_torch.threads import use_threads
 from astuner_backbone_torch.trainer import PolicyTrainer
 from astuner_backbone_torch.translate import SftRun
 
@@ -192,8 +191,7 @@ def run_sft(run: SftRun, settings: TorchSettings, source: Path, experiment: Expe
     checkpoint = resume_from(run.resume, run.experiment_root)
     seed_everything(run.seed)
     quiet_transformers()
-    if settings.num_threads:
-        torch.set_num_threads(settings.num_threads)
+    use_threads(settings.num_threads, "torch.num_threads")
     policy = Policy.load(
         run.model,
         settings,

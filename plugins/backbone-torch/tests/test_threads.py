@@ -1,0 +1,93 @@
+"""Threads on a busy machine: the engine takes the cores other processes leave free, and says so.
+
+Each case runs in a fresh Python (torch reads OMP_NUM_THREADS once, and the
+choice is kept per process), with the environment this test sets: the
+suite's own OMP_NUM_THREADS (conftest.py, per xdist worker) is removed
+where the measured choice is what the case is about.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from astuner_backbone_torch.threads import ThreadChoice, busy_cores, free_threads
+
+CORES = len(os.sched_getaffinity(0))
+
+ENGINE_THREADS = """
+import json, sys, torch
+from transformers import AutoModelForCausalLM
+from astuner_backbone_torch.engine import TransformersEngine
+from astuner_backbone_torch.settings import TransformersEngineSettings
+settings = TransformersEngineSettings(**json.loads(sys.argv[2]))
+TransformersEngine(AutoModelForCausalLM.from_pretrained(sys.argv[1]), settings)
+print("THREADS", torch.get_num_threads())
+"""
+
+
+def _engine_threads(model: Path, env: dict[str, str], **settings: object) -> tuple[int, str]:
+    """torch's thread count after an engine is built in a fresh process, and what that process logged."""
+    done = subprocess.run(
+        [sys.executable, "-c", ENGINE_THREADS, str(model), json.dumps(settings)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    threads = int(done.stdout.split("THREADS")[-1])
+    return threads, done.stdout + done.stderr
+
+
+def _without_omp() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+
+
+@pytest.fixture
+def every_core_busy() -> Iterator[None]:
+    """One spinning process per core, stopped by the PIDs started here."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(CORES)]
+    try:
+        time.sleep(1.0)
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
+@pytest.mark.skipif(CORES < 2, reason="one core: one thread either way")
+def test_a_busy_machine_gets_fewer_threads_and_is_told_what_to_set(
+    tiny_model_dir: Path, every_core_busy: None
+) -> None:
+    assert (busy_cores(os.sched_getaffinity(0)) or 0.0) > CORES - 1.5
+    threads, out = _engine_threads(tiny_model_dir, _without_omp())
+    assert threads < CORES
+    assert f"threads: {threads} of {CORES} cores: other processes kept" in out
+    assert "Set rollout.engines.transformers.num_threads to choose" in out
+
+
+def test_a_setting_or_omp_num_threads_wins_over_the_measurement(tiny_model_dir: Path) -> None:
+    threads, out = _engine_threads(tiny_model_dir, _without_omp(), num_threads=3)
+    assert threads == 3
+    assert f"threads: 3 of {CORES} cores (rollout.engines.transformers.num_threads)" in out
+    threads, out = _engine_threads(tiny_model_dir, {**_without_omp(), "OMP_NUM_THREADS": "1"})
+    assert threads == 1
+    assert "(OMP_NUM_THREADS; rollout.engines.transformers.num_threads overrides it)" in out
+
+
+def test_the_free_cores_are_rounded_and_never_zero() -> None:
+    assert free_threads(2, 0.0) == 2
+    assert free_threads(2, 0.4) == 2
+    assert free_threads(2, 0.6) == 1
+    assert free_threads(2, 2.0) == 1
+    assert free_threads(16, 9.7) == 6
+    quiet = ThreadChoice(threads=2, cores=2, source="measured", busy_cores=0.2)
+    assert "the machine was free at start" in quiet.sentence("torch.num_threads")
