@@ -1,14 +1,23 @@
 """What can fail before a run's folder exists fails before it: once, naming the key, leaving nothing behind.
 
-Each case runs the real command line (`python -m astuner run --backbone debug`).
+The first cases run the real command line (`python -m astuner run --backbone debug`); then what is
+checked follows what the command uses (`RunUses`): a fine-tuning reads no tasks and generates nothing,
+a run that does not validate reads no validation file, remote workers load the model themselves.
 """
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from astuner import hookimpl
 from astuner.cli import make_app
+from astuner.components import RunUses, preflight, run_uses
+from astuner.config import AstunerConfig, load_config
+from astuner.default_plugins.debug_backbone import DebugBackbone
+from astuner.errors import ConfigError
 from astuner.plugins import Plugins
 from astuner.rollout.progress import PROGRESS_ENV
 from astuner.testing.backbones import EndingBackbone, EndSettings, only_run, run_ending
@@ -98,3 +107,71 @@ def test_the_run_folders_config_finds_the_data_of_the_config_it_started_from(
     saved = load_config(only_run(workdir, "saved") / "config.yaml", for_training=False, plugins=plugins)
     (task,) = build_reader(saved, plugins).read("train")
     assert task.main_query == "1+1"
+
+
+# What a command does decides what is checked: `RunUses`, as the command or the backbone says.
+FINE_TUNING = RunUses(splits=frozenset(), workflow=False, engine=False, model="here")
+ROW = '{"question": "1+1", "answer": "2"}\n'
+
+
+def _config_of(write_config, block: dict, *overrides: str) -> AstunerConfig:
+    return load_config(write_config(block), list(overrides), environ={})
+
+
+def test_a_command_that_generates_nothing_is_not_refused_for_the_reader_workflow_or_engine(
+    write_config, plugins: Plugins
+) -> None:
+    """`astuner sft` reads `--from`: a GPU config's vllm engine, its data files, its workflow are not its."""
+    config = _config_of(
+        write_config,
+        {
+            "task_reader": {"type": "jsonl", "jsonl": {"training_file": "gone.jsonl"}},
+            "rollout": {"agentscope_workflow": "nowhere_mod->flow", "engine": "vllm"},
+        },
+    )
+    preflight(config, plugins, FINE_TUNING)
+    with pytest.raises(ConfigError, match=re.escape("task_reader.jsonl.training_file")):
+        preflight(config, plugins)  # a run uses them all
+
+
+def test_a_command_that_loads_the_model_here_checks_its_path_whatever_the_engine(
+    write_config, plugins: Plugins
+) -> None:
+    config = _config_of(write_config, {"rollout": {"engine": "vllm"}}, "model.path=./models/nope")
+    with pytest.raises(ConfigError, match=re.escape("model.path: local path './models/nope'")):
+        preflight(config, plugins, FINE_TUNING)
+
+
+def test_a_split_the_run_does_not_read_is_not_checked(write_config, workdir: Path, plugins: Plugins) -> None:
+    (workdir / "train.jsonl").write_text(ROW)
+    files = {"training_file": "train.jsonl", "validation_file": "not_yet.jsonl"}
+    config = _config_of(write_config, {"task_reader": {"type": "jsonl", "jsonl": files}})
+    preflight(config, plugins, RunUses(splits=frozenset({"train"})))
+    with pytest.raises(ConfigError, match=re.escape("task_reader.jsonl.validation_file")):
+        preflight(config, plugins, RunUses(splits=frozenset({"train", "validation"})))
+
+
+def test_a_model_that_remote_workers_load_is_not_looked_for_here(write_config, plugins: Plugins) -> None:
+    config = _config_of(write_config, {}, "model.path=/gpu-node/models/qwen", "rollout.engine=transformers")
+    plugins = _with_transformers(plugins)
+    preflight(config, plugins, RunUses(engine=False, model="elsewhere"))
+    with pytest.raises(ConfigError, match=re.escape("model.path: local path '/gpu-node/models/qwen'")):
+        preflight(config, plugins)
+
+
+def test_the_debug_backbone_reads_the_split_it_looks_at_and_the_training_file(
+    write_config, plugins: Plugins
+) -> None:
+    config = _config_of(write_config, {}, "debug.split=train")
+    assert DebugBackbone().run_uses(config).splits == {"train"}
+    assert run_uses(DebugBackbone(), load_config(None, environ={})).splits == {"train", "validation"}
+    assert run_uses(object(), config) == RunUses()  # a backbone that says nothing: everything is checked
+
+
+def _with_transformers(plugins: Plugins) -> Plugins:
+    """`plugins` with a stand-in `transformers` engine, the one that loads model.path from this disk."""
+    plugins.add(
+        SimpleNamespace(register_engines=hookimpl(lambda register: register("transformers", object))),
+        name="stand_in_transformers",
+    )
+    return plugins

@@ -13,9 +13,9 @@ from __future__ import annotations
 import difflib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
@@ -456,25 +456,68 @@ def _resolve_engine(name: str, url: str | None, plugins: Plugins, section: str) 
     )
 
 
-def preflight(config: AstunerConfig, plugins: Plugins) -> None:
+@dataclass(frozen=True)
+class RunUses:
+    """What a command's work uses of the config, so that `preflight` checks that and nothing else.
+
+    `splits`: the reader splits it reads (their files must exist; empty: it
+    builds no reader, as `astuner sft`, which reads `--from`). `workflow`: it
+    runs the workflow and the judge (both must load, the judge's settings be
+    valid). `engine`: it generates through `rollout.engine` on this machine
+    (that engine must be installed). `model`: who loads `model.path`:
+    `"engine"` this machine when that engine is the local one (a server may
+    hold a folder this machine has not), `"here"` this process whatever the
+    engine (a trainer, `astuner sft`), `"elsewhere"` remote workers (verl,
+    Trinity): never checked on this machine. The default is what `astuner
+    run` may use at most; a backbone says what it uses with `run_uses`
+    (`astuner.protocols.DeclaresRunUses`), a command passes its own to
+    `runs.open(config, command=..., uses=...)`:
+
+    ```python
+    from astuner.training import RunUses
+
+    # a command that trains on a file of its own: no reader, no workflow, no engine
+    TRAINS_ON_A_FILE = RunUses(splits=frozenset(), workflow=False, engine=False, model="here")
+    ```
+    """
+
+    splits: frozenset[str] = field(default_factory=lambda: frozenset({"train", "validation"}))
+    workflow: bool = True
+    engine: bool = True
+    model: Literal["engine", "here", "elsewhere"] = "engine"
+
+
+def run_uses(backbone: object, config: AstunerConfig) -> RunUses:
+    """What a run of `backbone` uses: its own answer (`run_uses(config)`), else everything `RunUses` names."""
+    from astuner.protocols import DeclaresRunUses
+
+    return backbone.run_uses(config) if isinstance(backbone, DeclaresRunUses) else RunUses()
+
+
+def preflight(config: AstunerConfig, plugins: Plugins, uses: RunUses | None = None) -> None:
     """Check what would fail the run in its first seconds, before its folder is made.
 
     A run that fails here leaves no folder behind and its error is printed
-    once, by whoever catches it. Checked: the reader's, judge's and workflow's
-    settings, what a reader's or judge's settings block checks beyond itself
-    (its `check_before_run()`, e.g. that the files it names exist), `model.path`
-    where this machine loads it, and that the engine `rollout.engine` names is
-    installed. Nothing is built: a plugin is built once, by the run.
+    once, by whoever catches it. Checked, of what the command `uses` (default:
+    all a run may use): the reader's settings and what its block checks
+    beyond itself (its `check_before_run(splits)`, e.g. that the files of
+    the splits read exist), the judge's and the workflow's, that the engine
+    `rollout.engine` names is installed, and `model.path` where this machine
+    loads it. Nothing is built: a plugin is built once, by the run.
     """
+    uses = uses if uses is not None else RunUses()
     for kind, key, name in _chosen_plugins(config):
+        if not (uses.splits if kind == "reader" else uses.workflow):
+            continue
         reg = _chosen_plugin(config, plugins, kind, key, name)
         check = getattr(plugin_settings(config, reg), "check_before_run", None)
         if callable(check):
-            check()
-    if config.rollout.agentscope_workflow:
+            check(uses.splits)
+    if uses.workflow and config.rollout.agentscope_workflow:
         plugins.get("workflow", config.rollout.agentscope_workflow, config.search_paths())
-    engine = _checked_engine(config, plugins)
-    if engine == LOCAL_ENGINE and not config.rollout.engine_url:
+    engine = _checked_engine(config, plugins) if uses.engine else None
+    local = uses.model == "engine" and engine == LOCAL_ENGINE and not config.rollout.engine_url
+    if uses.model == "here" or local:
         check_model_path(config.model.path, "model.path", config.path_of("model.path"))
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from astuner.checkpoint_model import checkpoint_of
-from astuner.components import build_backbone
+from astuner.components import build_backbone, run_uses
 from astuner.config import AstunerConfig
 from astuner.lifecycle import RunLifecycle
 from astuner.plugins import Plugins
@@ -53,11 +53,18 @@ def prepare_run(
 ) -> PreparedRun:
     """Build the backbone, then open the run; nothing is created for a bad config.
 
-    `RunLifecycle.open` checks the rest (`astuner.components.preflight`)
-    before it makes the folder. `companions` (`--with-NAME VALUE`) live as
-    long as the backbone runs.
+    `RunLifecycle.open` checks the rest (`astuner.components.preflight`), of
+    what the backbone says its run uses, before it makes the folder.
+    `companions` (`--with-NAME VALUE`) live as long as the backbone runs.
     """
     backbone = build_backbone(config, plugins)
-    lifecycle = RunLifecycle.open(config, plugins, command="run", verbose=verbose, companions=companions)
+    lifecycle = RunLifecycle.open(
+        config,
+        plugins,
+        command="run",
+        verbose=verbose,
+        companions=companions,
+        uses=run_uses(backbone, config),
+    )
     lifecycle.resume = ""  # `astuner run --conf X -o trainer_common.resume=auto` takes it up again
     return PreparedRun(backbone, lifecycle)

@@ -36,6 +36,7 @@ from astuner.plugins import MOVED_OUT, Plugins, Registration, install_hint
 from astuner.run_status import end_run, mark_running
 
 if TYPE_CHECKING:
+    from astuner.components import RunUses
     from astuner.config import AstunerConfig
     from astuner.notify import Notifier, RunSummary
     from astuner.record import ExperimentDir
@@ -82,19 +83,21 @@ class RunLifecycle:
         command: str,
         verbose: bool = False,
         companions: Mapping[str, str | None] | None = None,
+        uses: RunUses | None = None,
     ) -> RunLifecycle:
         """Check the config, then make the run's folder, mark it running and log into it.
 
-        What `preflight` checks and a notifier the config names that cannot
-        be built fail here, before any folder exists; a notifier that only
-        the seeds' environment switches on is a warning in the run's log, and
-        the run goes on without it.
+        What `preflight` checks of what the command `uses` (default: all a
+        run may use) and a notifier the config names that cannot be built
+        fail here, before any folder exists; a notifier that only the seeds'
+        environment switches on is a warning in the run's log, and the run
+        goes on without it.
         """
         from astuner.components import build, preflight, saved_config
         from astuner.record import ExperimentDir
         from astuner.rollout.progress import progress_every_s
 
-        preflight(config, plugins)
+        preflight(config, plugins, uses)
         progress_every_s()  # a wrong ASTUNER_PROGRESS_EVERY_S stops here, not at the first batch
         for name in config.notify:
             build(config, plugins, "notifier", name)
@@ -238,12 +241,21 @@ class Runs:
         self._verbose = verbose  # asked at each open: `astuner --verbose` is parsed after the hook ran
 
     def open(
-        self, config: AstunerConfig, *, command: str, companions: Mapping[str, str | None] | None = None
+        self,
+        config: AstunerConfig,
+        *,
+        command: str,
+        companions: Mapping[str, str | None] | None = None,
+        uses: RunUses | None = None,
     ) -> RunLifecycle:
-        """`RunLifecycle.open` with these plugins and the command line's `--verbose`."""
+        """`RunLifecycle.open` with these plugins and the command line's `--verbose`.
+
+        `uses`: what the command uses of the config (`astuner.training.RunUses`),
+        so that the checks before its folder refuse nothing it never reads.
+        """
         verbose = self._verbose() if self._verbose is not None else False
         return RunLifecycle.open(
-            config, self.plugins, command=command, verbose=verbose, companions=companions
+            config, self.plugins, command=command, verbose=verbose, companions=companions, uses=uses
         )
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 from astuner.core.task import JudgeOutput, Task, WorkflowOutput, WorkflowTask
 
 if TYPE_CHECKING:
+    from astuner.components import RunUses
     from astuner.config import AstunerConfig
     from astuner.plugins import NotReady, Plugins
     from astuner.record import ExperimentDir
@@ -163,6 +164,31 @@ class DescribesEngineConfig(Protocol):
     """
 
     def engine_config(self, config: AstunerConfig, plugins: Plugins) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class DeclaresRunUses(Protocol):
+    """A `Backbone` that says what its run uses of the config, so the checks before the run's folder
+    (`astuner.components.preflight`) refuse nothing it never reads.
+
+    A backbone without it is checked for everything `RunUses()` names. A
+    trainer that loads `model.path` in its own process and validates only
+    every `test_freq` steps says:
+
+    ```python
+    from astuner.training import AstunerConfig, RunUses
+
+
+    class MyBackbone:
+        def run_uses(self, config: AstunerConfig) -> RunUses:
+            t = config.trainer_common
+            validates = t.val_before_train or t.test_freq <= (t.total_training_steps or t.test_freq)
+            splits = {"train", "validation"} if validates else {"train"}
+            return RunUses(splits=frozenset(splits), model="here")
+    ```
+    """
+
+    def run_uses(self, config: AstunerConfig) -> RunUses: ...
 
 
 @runtime_checkable

@@ -35,6 +35,7 @@ from astuner.algorithms import (
 from astuner.cache import build_once, cache_dir
 from astuner.checkpoint_model import checkpoint_of
 from astuner.components import (
+    RunUses,
     WorkflowSource,
     build,
     build_reader,
@@ -63,6 +64,7 @@ from astuner.errors import PluginError
 from astuner.plugins import Plugins
 from astuner.protocols import (
     Backbone,
+    DeclaresRunUses,
     DescribesEngineConfig,
     FindsCheckpoints,
     FollowsPolicy,
@@ -123,7 +125,9 @@ __all__ = [  # noqa: RUF022
     "Plugins",
     "PluginError",
     "RunLifecycle",
+    "RunUses",
     # optional capabilities of backbones and engines, checked with isinstance
+    "DeclaresRunUses",
     "DescribesEngineConfig",
     "FindsCheckpoints",
     "FollowsPolicy",

@@ -18,7 +18,7 @@ from astuner_eval.checkpoints import latest_checkpoint, model_for_checkpoint
 from astuner_eval.evaluation import EvalOptions, eval_metrics, run_eval
 from typer.testing import CliRunner
 
-from astuner.api import AstunerError, ChatTokenizer, Runs, Trajectory, free_port, hookimpl
+from astuner.api import AstunerError, ChatTokenizer, ConfigError, Runs, Trajectory, free_port, hookimpl
 from astuner.cli import make_app
 from astuner.default_plugins.arith_reader import ArithReader, ArithReaderSettings
 from astuner.record import read_metrics
@@ -488,3 +488,18 @@ def test_eval_shows_its_progress(scripted: SimpleNamespace, workdir: Path, capsy
     run_eval(load_config(conf), Runs(scripted.plugins), EvalOptions(n_samples=2, max_tasks=3))
     shown = capsys.readouterr().out
     assert re.search(r"eval .*6/6 .*reward [\d.]+ +\d+ tok/s", shown), shown
+
+
+def test_an_evaluation_checks_only_the_split_it_reads(scripted: SimpleNamespace, workdir: Path) -> None:
+    """A validation file that is not there yet stops no evaluation of the train split, only of its own."""
+    conf = write_project(workdir, str(scripted.tokenizer_dir), judge="exact", rollout={"engine": "scripted"})
+    (workdir / "train.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
+    jsonl = [
+        "task_reader.type=jsonl",
+        "task_reader.jsonl.training_file=train.jsonl",
+        "task_reader.jsonl.validation_file=later.jsonl",
+    ]
+    report = run_eval(load_config(conf, jsonl), Runs(scripted.plugins), EvalOptions(split="train"))
+    assert report.summary["tasks"] == 1
+    with pytest.raises(ConfigError, match=re.escape("task_reader.jsonl.validation_file")):
+        run_eval(load_config(conf, jsonl), Runs(scripted.plugins), EvalOptions())

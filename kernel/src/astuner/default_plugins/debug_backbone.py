@@ -24,6 +24,9 @@ from astuner.protocols import RunContext
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from astuner.components import RunUses
+    from astuner.config import AstunerConfig
+
 # The plugin manager imports this module whenever the CLI starts: the rollout stack (and the web
 # server behind its gateway), the reader's builder and rich load when the backbone runs.
 
@@ -31,6 +34,13 @@ if TYPE_CHECKING:
 class DebugBackbone:
     def run(self, ctx: RunContext) -> None:
         asyncio.run(self.run_async(ctx))
+
+    def run_uses(self, config: AstunerConfig) -> RunUses:
+        """The split it looks at (`debug.split`) and the training file: a debug look comes before
+        training on the same config. The model is loaded where `rollout.engine` runs."""
+        from astuner.components import RunUses
+
+        return RunUses(splits=frozenset({"train", config.debug.split}))
 
     async def run_async(self, ctx: RunContext) -> list[Trajectory]:
         from rich.console import Console

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -32,11 +32,15 @@ class JsonlReaderSettings(BaseModel):
     )
     id_field: str | None = Field(None, description="Field holding a task id; default: split-line.")
 
-    def check_before_run(self) -> None:
-        """Every file named here exists: asked before a run's folder is made."""
-        for key in ("training_file", "validation_file"):
+    def check_before_run(self, splits: Collection[str]) -> None:
+        """The file of every split the run reads exists: asked before a run's folder is made.
+
+        A split the run never reads is left alone: a training run that does
+        not validate may name a validation file that is not there yet.
+        """
+        for split, key in (("train", "training_file"), ("validation", "validation_file")):
             path = getattr(self, key)
-            if path is not None:
+            if split in splits and path is not None:
                 _existing(path, key)
 
 

@@ -34,6 +34,7 @@ from astuner.training import (
     RolloutParts,
     RolloutRunner,
     RunContext,
+    RunUses,
     Sample,
     advantage_estimator,
     build_reader,
@@ -114,6 +115,19 @@ class TorchBackbone:
         """The highest-step complete `checkpoints/step_<n>/` of `runs` (the `FindsCheckpoints` protocol)."""
         found = latest_checkpoint(runs)
         return found.path if found is not None else None
+
+    def run_uses(self, config: AstunerConfig) -> RunUses:
+        """The train split, the validation split when the run may validate, and `model.path` loaded here
+        whatever the rollout engine (the `DeclaresRunUses` protocol).
+
+        It validates before training (`val_before_train`) or every `test_freq`
+        steps; with `total_training_steps` unset the step count depends on
+        the data, so it may.
+        """
+        t = config.trainer_common
+        steps = t.total_training_steps
+        validates = t.val_before_train or steps is None or t.test_freq <= steps
+        return RunUses(splits=frozenset({"train", "validation"} if validates else {"train"}), model="here")
 
     async def train(self, ctx: RunContext) -> None:
         config, settings = ctx.config, self.settings

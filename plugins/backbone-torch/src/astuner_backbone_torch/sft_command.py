@@ -12,6 +12,7 @@ from astuner.api import Runs
 from astuner.training import (
     ConfOption,
     OverrideOption,
+    RunUses,
     check_plugin_blocks,
     handle_user_errors,
     load_config,
@@ -19,6 +20,10 @@ from astuner.training import (
 )
 
 SUFFIX = "-sft"
+
+# What fine-tuning uses of the config: the model, loaded in this process; no reader (the samples come
+# from --from), no workflow, judge or engine (nothing is generated).
+SFT_USES = RunUses(splits=frozenset(), workflow=False, engine=False, model="here")
 
 
 def sft_experiment(name: str) -> str:
@@ -73,7 +78,7 @@ def sft_command(runs: Runs) -> Callable[..., None]:
             settings = settings.model_copy(update={"sft": settings.sft.model_copy(update=changes)})
         if not source.exists():
             raise typer.BadParameter(f"'{source}' does not exist.", param_hint="--from")
-        with runs.open(config, command="sft") as run:
+        with runs.open(config, command="sft", uses=SFT_USES) as run:
             run.resume = f"--from {source}"  # a stopped fine-tuning takes up again from its newest checkpoint
             try:
                 last = run_sft(sft_run(config, settings), settings, source, run.experiment).resolve()

@@ -22,6 +22,7 @@ from astuner.training import (
     AstunerConfig,
     Plugins,
     RunContext,
+    RunUses,
     build_reader,
     ray_head_for_run,
     require_gpus,
@@ -39,6 +40,11 @@ FAILURE_MARKERS = (
 
 
 class TrinityBackbone:
+    def run_uses(self, config: AstunerConfig) -> RunUses:
+        """Both splits (exported as the run starts); Trinity's workers load the model and serve it themselves,
+        so neither `model.path` nor `rollout.engine` is checked on this machine."""
+        return RunUses(engine=False, model="elsewhere")
+
     def engine_config(self, config: AstunerConfig, plugins: Plugins) -> dict[str, Any]:
         """The translated Trinity config (without the run's task files and folders)."""
         return engine_config(config, plugins)

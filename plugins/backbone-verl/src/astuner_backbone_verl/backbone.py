@@ -23,6 +23,7 @@ from astuner.training import (
     AstunerConfig,
     Plugins,
     RunContext,
+    RunUses,
     build_reader,
     nest,
     ray_head_for_run,
@@ -35,6 +36,11 @@ AGENT_LOOP_CLASS = "astuner_backbone_verl.agent_loop.AstunerAgentLoop"
 
 
 class VerlBackbone:
+    def run_uses(self, config: AstunerConfig) -> RunUses:
+        """Both splits (exported as the run starts); verl's workers load the model and serve it themselves,
+        so neither `model.path` nor `rollout.engine` is checked on this machine."""
+        return RunUses(engine=False, model="elsewhere")
+
     def engine_config(self, config: AstunerConfig, plugins: Plugins) -> dict[str, Any]:
         """The translated verl config (without the run's data files and folders)."""
         return nest(translate(config, plugins))

@@ -35,6 +35,7 @@ from astuner.training import (
     AstunerConfig,
     ExperimentDir,
     RolloutRunner,
+    RunUses,
     append_rows,
     build,
     build_reader,
@@ -155,7 +156,8 @@ def run_eval(config: AstunerConfig, runs: Runs, options: EvalOptions) -> EvalRep
         config.model.path = checkpoint_model_path(options.checkpoint, config.rollout.engine_url, engine)
     config.experiment_name = f"{config.experiment_name}_eval"
     sampling = eval_sampling(sampling_from_config(config.rollout), options.n_samples, options.temperature)
-    with runs.open(config, command="eval", companions=options.companions) as run:
+    uses = RunUses(splits=frozenset({options.split}))  # the evaluated split's file, not the other's
+    with runs.open(config, command="eval", companions=options.companions, uses=uses) as run:
         get_logger(command="eval").info("evaluating", model=config.model.path, split=options.split)
         reader = build_reader(config, plugins)
         tasks = read_tasks(reader, config.task_reader.type, options)
