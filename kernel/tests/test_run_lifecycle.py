@@ -287,3 +287,10 @@ def test_the_closing_lines_say_on_how_many_steps_each_health_check_fired(
     result = CliRunner().invoke(make_app(plugins), ["run", "--conf", str(conf), "--backbone", "sick"])
     assert result.exit_code == 0, result.output
     assert result.stdout.strip().splitlines()[-1] == "  health:      zero_advantage_groups on 4 of 14 steps"
+    acknowledged = ["-o", "health.acknowledged=[zero_advantage_groups]"]
+    result = CliRunner().invoke(
+        make_app(plugins), ["run", "--conf", str(conf), "--backbone", "sick", *acknowledged]
+    )
+    assert result.exit_code == 0, result.output
+    last = result.stdout.strip().splitlines()[-1]
+    assert last == "  health:      zero_advantage_groups on 4 of 14 steps (acknowledged in the config)"

@@ -76,6 +76,9 @@ def test_the_config_trains_wolf_and_seer_each_on_an_adapter() -> None:
     )
     assert plan.trainable == ("wolf", "seer")
     assert {name: lora.rank for name, lora in plan.trained_adapters.items()} == {"wolf": 8, "seer": 8}
+    # replies cut at 48 tokens are the config's choice: the truncation check says so, it does not warn
+    assert config.rollout.max_response_length_in_one_turn == 48
+    assert config.health.acknowledged == ["truncation"]
 
 
 def test_the_reader_deals_the_same_roles_every_time(example: dict[str, ModuleType]) -> None:
@@ -184,6 +187,8 @@ def test_debug_run_tags_calls_by_role_and_rewards_each(tiny_model_dir: Path, tmp
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
+    assert "replies were cut" not in result.stderr  # noise replies, cut at 16 tokens: acknowledged
+    assert "health check 'truncation' holds, acknowledged in the config" in result.stderr
     (rollout_file,) = (tmp_path / "records").glob("werewolves/*/rollouts/debug.jsonl")
     trajectories = list(read_trajectories(rollout_file))
     assert len(trajectories) == 2

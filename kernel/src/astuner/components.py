@@ -22,6 +22,8 @@ from pydantic import BaseModel, ValidationError
 from astuner.config import AstunerConfig
 from astuner.config_errors import describe_origin, explain_validation_error
 from astuner.config_paths import LOCAL_OR_HUB, ConfigPath, missing_message, resolve_settings
+from astuner.core.health import check_acknowledged
+from astuner.core.metric_catalog import metric_catalog
 from astuner.core.toolcalls import tool_parsers
 from astuner.errors import ConfigError, PluginError
 from astuner.plugins import Plugins, Registration, missing_block_message
@@ -53,7 +55,8 @@ def check_plugin_blocks(config: AstunerConfig, plugins: Plugins) -> None:
     """Every plugin sub-block must name an installed plugin of the right kind (auxiliary models' too).
 
     `rollout.executor` must name an installed executor too, so that a run
-    never starts on one that is missing.
+    never starts on one that is missing; `health.acknowledged` only health
+    checks that the loaded plugins' metrics declare.
     """
     for kind, section, blocks in _plugin_blocks(config):
         registry = plugins.registry(kind)
@@ -78,6 +81,10 @@ def check_plugin_blocks(config: AstunerConfig, plugins: Plugins) -> None:
         _chosen_plugin(config, plugins, kind, key, name)
     check_auxiliary_models(config, plugins)
     check_executor(config, plugins)
+    if config.health.acknowledged:
+        check_acknowledged(
+            config.health.acknowledged, metric_catalog(plugins), _origin(config, "health.acknowledged")
+        )
 
 
 def _chosen_plugins(config: AstunerConfig) -> list[tuple[str, str, str]]:

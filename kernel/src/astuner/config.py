@@ -35,6 +35,7 @@ from astuner.config_sections import (
     ContextTrackerConfig,
     DataConfig,
     DebugConfig,
+    HealthConfig,
     ModelConfig,
     RolloutConfig,
     TaskJudgeConfig,
@@ -75,6 +76,7 @@ class AstunerConfig(BaseSettings):
     trainer_common: TrainerCommonConfig = Field(default_factory=TrainerCommonConfig)
     context_tracker: ContextTrackerConfig = Field(default_factory=ContextTrackerConfig)
     debug: DebugConfig = Field(default_factory=DebugConfig)
+    health: HealthConfig = Field(default_factory=HealthConfig)
     auxiliary_models: dict[str, AuxiliaryModelConfig] = Field(
         default_factory=dict,
         description="Named models the workflow and judge call, never trained (judges, other agents).",

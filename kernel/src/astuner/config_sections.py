@@ -307,6 +307,18 @@ class AuxiliaryModelConfig(Section):
 AUXILIARY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
 
+class HealthConfig(Section):
+    """`health`: the run's health checks (`astuner.core.health`), as this config means them."""
+
+    acknowledged: list[str] = Field(
+        default_factory=list,
+        description="Health checks this config crosses on purpose (e.g. [truncation] for a reply budget "
+        "kept short by choice): each still counts and is shown, marked acknowledged, with one info "
+        "line instead of a warning. Built-in: no_tool_calls, tool_parse_failures, tool_parse_failure_rate, "
+        "zero_advantage_groups, truncation, prefix_breaks, logprob_gap, rollout_logprob_gap.",
+    )
+
+
 class DebugConfig(Section):
     debug_max_parallel: int = Field(4, ge=1, description="Rollouts at once; 1 = all in the main thread.")
     debug_first_n_tasks: int = Field(2, ge=1)

@@ -225,7 +225,8 @@ class RunLifecycle:
         from astuner.core.metric_catalog import metric_catalog
         from astuner.record import read_metrics
 
-        return health_lines(read_metrics(self.experiment.metrics_file), metric_catalog(self.plugins))
+        rows = read_metrics(self.experiment.metrics_file)
+        return health_lines(rows, metric_catalog(self.plugins), self.config.health.acknowledged)
 
 
 class Runs:

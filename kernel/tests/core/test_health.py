@@ -2,7 +2,16 @@
 
 import pytest
 
-from astuner.core.health import HealthMonitor, console_fields, health_lines, health_warnings, run_health
+from astuner.core.health import (
+    HealthMonitor,
+    check_acknowledged,
+    console_fields,
+    health_lines,
+    health_warnings,
+    run_health,
+)
+from astuner.core.metric_declarations import builtin_catalog
+from astuner.errors import ConfigError
 
 HEALTHY = {
     "train/tools_offered_rate": 1.0,
@@ -101,3 +110,35 @@ def test_the_monitor_warns_once_per_run(capsys):
     assert monitor.observe("step 2", bad) == ["truncation"]
     err = capsys.readouterr().err
     assert err.count("health check 'truncation'") == 1 and "step 1: 90% of the replies" in err
+
+
+def test_an_acknowledged_check_is_one_info_line_and_still_counted_and_marked(capsys):
+    """werewolves cuts its replies at 48 tokens on purpose: `health.acknowledged: [truncation]`."""
+    monitor = HealthMonitor(acknowledged=frozenset({"truncation"}))
+    cut = {**HEALTHY, "train/truncation_rate": 1.0, "train/zero_adv_group_frac": 0.9}
+    rows = []
+    for step in (1, 2):
+        crossed = monitor.observe(f"step {step}", cut)
+        assert crossed == ["truncation", "zero_advantage_groups"]
+        line = console_fields(cut, crossed=crossed, acknowledged=monitor.acknowledged)
+        assert line["health"] == "truncation(acknowledged),!zero_advantage_groups"
+        rows.append({"step": step, **cut})
+    assert monitor.steps == {"zero_advantage_groups": 2, "truncation": 2}
+    err = capsys.readouterr().err
+    assert err.count("health check 'truncation'") == 1
+    assert "step 1: health check 'truncation' holds, acknowledged in the config (health.acknowledged)" in err
+    assert "replies were cut" not in err and "[warning" in err  # the other check still warns
+    assert health_lines(rows, acknowledged=["truncation"]) == [
+        "truncation on 2 of 2 steps (acknowledged in the config)",
+        "zero_advantage_groups on 2 of 2 steps",
+    ]
+
+
+def test_an_unknown_acknowledged_name_is_refused_naming_the_key_the_name_and_the_checks():
+    check_acknowledged(["truncation", "no_tool_calls"], builtin_catalog())
+    with pytest.raises(ConfigError) as refused:
+        check_acknowledged(["truncaton"], builtin_catalog(), "config file 'w.yaml' (line 9)")
+    message = str(refused.value)
+    assert message.startswith("health.acknowledged, from config file 'w.yaml' (line 9): ")
+    assert "no health check named 'truncaton'" in message and "Did you mean 'truncation'?" in message
+    assert "truncation, no_tool_calls, tool_parse_failures" in message and "rollout_logprob_gap" in message

@@ -64,7 +64,8 @@ class DebugBackbone:
         log.info("debug rollouts written", path=str(path), trajectories=len(trajectories))
         tools = tool_metrics(trajectories, "debug")
         log.info("tool use", **{k.split("/", 1)[1]: round(v, 3) for k, v in tools.items()})
-        HealthMonitor(prefixes=("debug",)).observe("debug rollouts", tools)
+        acknowledged = frozenset(config.health.acknowledged)
+        HealthMonitor(prefixes=("debug",), acknowledged=acknowledged).observe("debug rollouts", tools)
         return trajectories
 
 

@@ -207,7 +207,7 @@ class TorchBackbone:
         metrics_log = MetricsLog(experiment.metrics_file, tensorboard, catalog)
         sampling = sampling_from_config(config.rollout)
         validation = validation_settings(config)
-        health = HealthMonitor(catalog)
+        health = HealthMonitor(catalog, acknowledged=frozenset(config.health.acknowledged))
         try:
             async with rollout_stack(config, ctx.plugins, engine=engine, parts=parts) as runner:
                 if t.val_before_train and start == 0 and val_tasks:
@@ -253,7 +253,8 @@ class TorchBackbone:
                     metrics["timing/step_s"] = time.perf_counter() - began
                     metrics_log.write(step, metrics)
                     crossed = health.observe(f"step {step}", metrics)
-                    log.info("step", step=step, of=total, **console_fields(metrics, catalog, crossed))
+                    fields = console_fields(metrics, catalog, crossed, health.acknowledged)
+                    log.info("step", step=step, of=total, **fields)
         finally:
             metrics_log.close()
             await engine.aclose()
