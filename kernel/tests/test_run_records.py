@@ -69,6 +69,19 @@ def test_a_run_reads_back_its_status_settings_and_metrics(run: Path) -> None:
     assert records.health() == records.health(records.metrics())
 
 
+def test_a_check_the_runs_config_acknowledged_is_marked_so(run: Path) -> None:
+    """The viewer's health list says which check held by the config's choice (`health.acknowledged`)."""
+    cut = [{"step": s, "train/truncation_rate": 1.0, "train/zero_adv_group_frac": 0.9} for s in (1, 2)]
+    append_rows(run / "metrics.jsonl", cut)
+    by_check = {entry["check"]: entry["acknowledged"] for entry in RunRecords(run).health()}
+    assert by_check == {"truncation": False, "zero_advantage_groups": False}
+    (run / "config.yaml").write_text(CONFIG + "  health: {acknowledged: [truncation]}\n")
+    by_check = {entry["check"]: entry["acknowledged"] for entry in RunRecords(run).health()}
+    assert by_check == {"truncation": True, "zero_advantage_groups": False}
+    (run / "config.yaml").write_text(CONFIG + "  health: [truncation]\n")  # not the form astuner writes
+    assert not any(entry["acknowledged"] for entry in RunRecords(run).health())
+
+
 def test_a_folder_without_records_reads_as_empty_and_unknown(tmp_path: Path) -> None:
     records = RunRecords(tmp_path)
     assert not records.is_run()

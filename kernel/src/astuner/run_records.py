@@ -197,7 +197,8 @@ class RunRecords:
     def health(self, rows: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
         """Each health check the run's metrics crossed: `check`, `step` (the first step it fired
         at), `text` (its sentence there), `steps` (on how many steps it fired), `of` (how many
-        steps trained).
+        steps trained), `acknowledged` (whether the run's config acknowledged it, its
+        `health.acknowledged`: it held by the config's choice).
 
         The checks are the health rules the installed plugins declare (the
         kernel's among them). `rows` are the metrics rows already read
@@ -207,7 +208,10 @@ class RunRecords:
             for warning in records.health():
                 print(f"{warning['check']} on {warning['steps']} of {warning['of']} steps: {warning['text']}")
         """
-        return run_health(self.metrics() if rows is None else rows, _installed_catalog())
+        health = self.config().get("health")  # the run's own config.yaml, as written then
+        listed = health.get("acknowledged") if isinstance(health, dict) else None
+        names = [name for name in listed if isinstance(name, str)] if isinstance(listed, list) else []
+        return run_health(self.metrics() if rows is None else rows, _installed_catalog(), names)
 
     @staticmethod
     def metric_declarations(keys: Iterable[str]) -> list[dict[str, Any]]:

@@ -76,13 +76,16 @@ def health_warnings(
 
 
 def run_health(
-    rows: Sequence[Mapping[str, Any]], catalog: MetricCatalog | None = None
+    rows: Sequence[Mapping[str, Any]],
+    catalog: MetricCatalog | None = None,
+    acknowledged: Collection[str] = (),
 ) -> list[dict[str, Any]]:
     """For a run's `metrics.jsonl` rows: each check that fired, on how many of the steps.
 
     Each entry: `check`, `step` (the first step it fired at), `text` (its
     sentence there), `steps` (how many steps it fired on), `of` (how many
-    steps have training metrics: a validation-only row, step 0, is not one).
+    steps have training metrics: a validation-only row, step 0, is not one),
+    `acknowledged` (whether the run's config acknowledged it: `health.acknowledged`).
     """
     seen: dict[str, dict[str, Any]] = {}
     trained = 0
@@ -92,9 +95,8 @@ def run_health(
             continue
         trained += 1
         for name, sentence in health_warnings(numbers, catalog):
-            entry = seen.setdefault(
-                name, {"check": name, "step": row.get("step"), "text": sentence, "steps": 0}
-            )
+            first = {"check": name, "step": row.get("step"), "text": sentence, "steps": 0}
+            entry = seen.setdefault(name, {**first, "acknowledged": name in acknowledged})
             entry["steps"] += 1
     for entry in seen.values():
         entry["of"] = trained
@@ -115,11 +117,11 @@ def health_lines(
     A check the config acknowledged (`health.acknowledged`) is still counted,
     and its line says it was acknowledged, so the count is not read as a fault.
     """
-    return [
-        f"{e['check']} on {e['steps']} of {e['of']} steps"
-        + (f" ({ACKNOWLEDGED})" if e["check"] in acknowledged else "")
-        for e in run_health(rows, catalog)
-    ]
+    lines = []
+    for e in run_health(rows, catalog, acknowledged):
+        mark = f" ({ACKNOWLEDGED})" if e["acknowledged"] else ""
+        lines.append(f"{e['check']} on {e['steps']} of {e['of']} steps{mark}")
+    return lines
 
 
 def health_check_names(catalog: MetricCatalog) -> list[str]:

@@ -86,7 +86,8 @@ function groupCharts(series, declarations) {
 }
 
 function healthLine(h) {
-  return `${h.check}, on ${h.steps} of ${h.of} steps; first at step ${h.step}: ${h.text}`;
+  const acknowledged = h.acknowledged ? " (acknowledged in the config)" : "";
+  return `${h.check}${acknowledged}, on ${h.steps} of ${h.of} steps; first at step ${h.step}: ${h.text}`;
 }
 
 async function renderMetrics() {
