@@ -99,7 +99,7 @@ def test_rows_that_join_a_running_batch_decode_as_alone(model) -> None:
 
     widths: list[int] = []
     handle = model.register_forward_hook(
-        lambda _m, _a, kw, _o: widths.append(kw["attention_mask"].shape[1]), with_kwargs=True
+        lambda _m, _a, kw, _o: widths.append(kw["attention_mask"].shape[-1]), with_kwargs=True
     )
     finished: list[str] = []
     batch = RunningBatch(model, GREEDY, pad_id=0)

@@ -23,6 +23,7 @@ import torch
 from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
 
 from astuner.training import FinishReason
+from astuner_backbone_torch.kv_cache import FIRST_NEW_COLUMNS, GrowingCache, SlotCache, takes_slot_cache
 from astuner_backbone_torch.models import cache_argument
 from astuner_backbone_torch.prefix_cache import MIN_REUSED_TOKENS, CachedSequence, LayerKV, PrefixStore
 
@@ -122,13 +123,15 @@ class _Row:
 
 
 class RunningBatch:
-    """Rows decoding together with one KV cache, one token each per `step`.
+    """Rows decoding together, one token each per `step`, their keys and values in one `SlotCache`.
 
     Rows leave the batch and the cache as soon as they finish, and new rows
     may join between steps (`add`): an agent whose reply ended early sends its
     next turn while longer replies are still being written, and does not wait
-    for them. Columns: every row ends at the last column and padding, masked
-    out, sits wherever rows of different lengths leave gaps.
+    for them. A step writes each row's new key and value in place; joining
+    and leaving copy only the rows that join, and those behind a leaving row
+    (`kv_cache`). A model the slot cache cannot serve (sliding windows,
+    recurrent layers) decodes on transformers' own cache, without joining.
 
     With `prefixes`, a joining prompt starts from the longest stored sequence
     it continues, a prompt sent several times is run once, and every finished
@@ -143,9 +146,7 @@ class RunningBatch:
         self.pad_id = pad_id
         self.prefixes = prefixes
         self._rows: list[_Row] = []
-        self._cache: Any = None
-        self._attention = torch.zeros((0, 0), dtype=torch.long)  # (B, W)
-        self._positions = torch.zeros((0,), dtype=torch.long)  # (B,) the next token's position
+        self._kv: SlotCache | GrowingCache | None = None
         self._logits = torch.zeros((0, 0))  # (B, V) of each row's next token
 
     def __len__(self) -> int:
@@ -153,8 +154,8 @@ class RunningBatch:
 
     @property
     def can_join(self) -> bool:
-        """Whether rows can join now: the batch is empty or its cache is plain attention layers."""
-        return not self._rows or _layer_tensors(self._cache) is not None
+        """Whether rows can join now: the batch is empty or its keys and values are in a `SlotCache`."""
+        return not self._rows or isinstance(self._kv, SlotCache)
 
     @torch.inference_mode()
     def add(
@@ -167,30 +168,41 @@ class RunningBatch:
         """Run the prompts (what no stored sequence holds) and add them as rows; their results, filled as
         they decode. `on_done[i]` is called with row i's result when it finishes."""
         if not self.can_join:
-            raise RuntimeError("rows cannot join a batch whose cache is not plain attention layers")
+            raise RuntimeError("rows cannot join a batch whose model decodes without a SlotCache")
         starts = [_FRESH] * len(prompts)
         if self.prefixes is not None:
             self.prefixes.requested_tokens += sum(len(p) for p in prompts)
             starts = _starts(self.model, prompts, self.pad_id, self.prefixes)
         cache, attention, logits = _prefill(self.model, prompts, starts, self.pad_id, self.prefixes)
-        if self.prefixes is not None and _layer_tensors(cache) is None:
-            self.prefixes = None  # this model's cache cannot be stored and reused
+        layers = _layer_tensors(cache)
+        columns = max(
+            len(p) + min(n, FIRST_NEW_COLUMNS) for p, n in zip(prompts, max_new_tokens, strict=True)
+        )
+        if not isinstance(self._kv, SlotCache):
+            if layers is not None and takes_slot_cache(self.model):
+                self._kv = SlotCache(layers, len(prompts), columns)
+            else:
+                self._kv = GrowingCache(cache, attention)
+                self.prefixes = None  # this model's cache cannot be stored and reused
+        if isinstance(self._kv, SlotCache):
+            if layers is None:
+                raise RuntimeError("a prompt's keys and values came back in a cache of other layers")
+            self._kv.join(layers, attention, columns)
         outs = [DecodedRow([], [], "length") for _ in prompts]
         callbacks = on_done or [None] * len(prompts)
+        self._logits = torch.cat([self._logits, logits]) if self._rows else logits
         self._rows += [
             _Row(p, n, stops, out, done)
             for p, n, stops, out, done in zip(prompts, max_new_tokens, stop_ids, outs, callbacks, strict=True)
         ]
-        if self._cache is None:
-            self._cache, self._attention, self._logits = cache, attention, logits
-            self._positions = attention.sum(-1)  # tokens each row has run: the next one's position
-        else:
-            self._join(cache, attention, logits)
         return outs
 
     @torch.inference_mode()
     def step(self) -> None:
         """Sample every row's next token; finished rows leave (`on_done`), the others run their token."""
+        kv = self._kv
+        if kv is None:
+            return
         tokens, logprobs = self.sampler.pick(self._logits)
         keep: list[int] = []
         picked = zip(self._rows, tokens.tolist(), logprobs.tolist(), strict=True)
@@ -203,69 +215,27 @@ class RunningBatch:
             elif len(out.token_ids) < row.max_new_tokens:
                 keep.append(slot)
                 continue
-            if self.prefixes is not None:  # the last token never ran: the cache holds the rest
-                kv = _row_kv(self._cache, slot, self._attention[slot])
-                self.prefixes.add([*row.prompt, *out.token_ids[:-1]], kv)
+            if self.prefixes is not None and isinstance(kv, SlotCache):  # the last token never ran
+                self.prefixes.add([*row.prompt, *out.token_ids[:-1]], kv.row_kv(slot))
             if row.on_done is not None:
                 row.on_done(out)
-        if not keep:
-            self._rows, self._cache = [], None
-            return
+        kv.keep(keep)
         if len(keep) < len(self._rows):
-            index = torch.tensor(keep, device=self._attention.device)
-            self._cache.batch_select_indices(index)
-            self._attention, tokens, self._positions = (
-                self._attention[index],
-                tokens[index],
-                self._positions[index],
-            )
+            tokens = tokens[torch.tensor(keep, dtype=torch.long, device=tokens.device)]
             self._rows = [self._rows[slot] for slot in keep]
-            self._trim()
-        self._attention = torch.cat([self._attention, self._attention.new_ones((len(keep), 1))], dim=1)
+        if not keep:
+            if isinstance(kv, GrowingCache):
+                self._kv = None
+            return
+        attention, positions = kv.step_inputs()
         self._logits = self.model(
             input_ids=tokens[:, None],
-            attention_mask=self._attention,
-            position_ids=self._positions[:, None],
+            attention_mask=attention,
+            position_ids=positions,
             use_cache=True,
-            **{cache_argument(self.model): self._cache},
+            **{cache_argument(self.model): kv if isinstance(kv, SlotCache) else kv.cache},
         ).logits[:, -1]
-        self._positions = self._positions + 1
-
-    def _join(self, cache: Any, attention: torch.Tensor, logits: torch.Tensor) -> None:
-        """Append new rows: both sides' columns left-padded to the wider one, then stacked."""
-        from transformers import DynamicCache
-
-        width = max(self._attention.shape[1], attention.shape[1])
-        merged = DynamicCache()
-        pairs = zip(_layer_tensors(self._cache) or [], _layer_tensors(cache) or [], strict=True)
-        for layer, ((old_k, old_v), (new_k, new_v)) in enumerate(pairs):
-            keys = torch.cat([_left_pad(old_k, width, -2), _left_pad(new_k, width, -2)])
-            values = torch.cat([_left_pad(old_v, width, -2), _left_pad(new_v, width, -2)])
-            merged.update(keys, values, layer)
-        self._cache = merged
-        self._attention = torch.cat([_left_pad(self._attention, width, -1), _left_pad(attention, width, -1)])
-        self._positions = torch.cat([self._positions, attention.sum(-1)])
-        self._logits = torch.cat([self._logits, logits])
-
-    def _trim(self) -> None:
-        """Drop leading columns no row attends any more (the rows that needed them left)."""
-        layers = getattr(self._cache, "layers", None)
-        used = self._attention.any(0).nonzero()
-        first = int(used[0]) if len(used) else 0
-        if not first or _layer_tensors(self._cache) is None or layers is None:
-            return
-        for layer in layers:
-            layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
-        self._attention = self._attention[:, first:]
-
-
-def _left_pad(tensor: torch.Tensor, width: int, dim: int) -> torch.Tensor:
-    """`tensor` with zeros before its `dim` axis, up to `width` (dim -1 or -2)."""
-    missing = width - tensor.shape[dim]
-    if not missing:
-        return tensor
-    padding = (missing, 0) if dim == -1 else (0, 0, missing, 0)
-    return torch.nn.functional.pad(tensor, padding)
+        kv.advance()
 
 
 # Where a row's prompt starts running: a stored sequence and how many of its tokens it reuses.
@@ -359,7 +329,7 @@ def _layer_tensors(cache: Any) -> list[LayerKV] | None:
 
 
 def _row_kv(cache: Any, slot: int, attention: torch.Tensor) -> list[LayerKV]:
-    """Batch row `slot`'s keys and values at its attended columns `(heads, T, head_dim)`, copied."""
+    """A prefill's row `slot`: its keys and values at its attended columns `(heads, T, head_dim)`, copied."""
     columns = attention.nonzero()[:, 0]
     layers = _layer_tensors(cache) or []
     return [(k[slot].index_select(1, columns), v[slot].index_select(1, columns)) for k, v in layers]
