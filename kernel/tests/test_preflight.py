@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from pydantic import BaseModel
 
 from astuner import hookimpl
 from astuner.cli import make_app
@@ -175,3 +176,24 @@ def _with_transformers(plugins: Plugins) -> Plugins:
         name="stand_in_transformers",
     )
     return plugins
+
+
+class _OldStyleSettings(BaseModel):
+    """A third-party reader's settings written before `check_before_run` was given the splits."""
+
+    def check_before_run(self) -> None:
+        raise ConfigError("task_reader.old_style: its own check ran")
+
+
+def test_a_check_before_run_that_takes_no_splits_still_runs(write_config, plugins: Plugins) -> None:
+    plugins.add(
+        SimpleNamespace(
+            register_readers=hookimpl(
+                lambda register: register("old_style", object, settings=_OldStyleSettings)
+            )
+        ),
+        name="old_style_reader",
+    )
+    config = _config_of(write_config, {"task_reader": {"type": "old_style"}})
+    with pytest.raises(ConfigError, match="its own check ran"):  # not a TypeError about its arguments
+        preflight(config, plugins)

@@ -501,6 +501,19 @@ def run_uses(backbone: object, config: AstunerConfig) -> RunUses:
     return backbone.run_uses(config) if isinstance(backbone, DeclaresRunUses) else RunUses()
 
 
+def _check_before_run(check: Callable[..., object], splits: frozenset[str]) -> None:
+    """Call a settings block's `check_before_run` with the splits read, or with nothing when it takes
+    nothing: the form a plugin wrote before splits were passed (`check_before_run(self)`) still runs."""
+    try:
+        takes_splits = bool(inspect.signature(check).parameters)
+    except (TypeError, ValueError):  # no signature to read (a builtin): call it as first documented
+        takes_splits = False
+    if takes_splits:
+        check(splits)
+    else:
+        check()
+
+
 def preflight(config: AstunerConfig, plugins: Plugins, uses: RunUses | None = None) -> None:
     """Check what would fail the run in its first seconds, before its folder is made.
 
@@ -508,7 +521,8 @@ def preflight(config: AstunerConfig, plugins: Plugins, uses: RunUses | None = No
     once, by whoever catches it. Checked, of what the command `uses` (default:
     all a run may use): the reader's settings and what its block checks
     beyond itself (its `check_before_run(splits)`, e.g. that the files of
-    the splits read exist), the judge's and the workflow's, that the engine
+    the splits read exist; a `check_before_run()` that takes no splits is
+    called with none), the judge's and the workflow's, that the engine
     `rollout.engine` names is installed, and `model.path` where this machine
     loads it. Nothing is built: a plugin is built once, by the run.
     """
@@ -519,7 +533,7 @@ def preflight(config: AstunerConfig, plugins: Plugins, uses: RunUses | None = No
         reg = _chosen_plugin(config, plugins, kind, key, name)
         check = getattr(plugin_settings(config, reg), "check_before_run", None)
         if callable(check):
-            check(uses.splits)
+            _check_before_run(check, uses.splits)
     if uses.workflow and config.rollout.agentscope_workflow:
         plugins.get("workflow", config.rollout.agentscope_workflow, config.search_paths())
     engine = _checked_engine(config, plugins) if uses.engine else None
