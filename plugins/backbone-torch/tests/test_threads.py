@@ -91,3 +91,25 @@ def test_the_free_cores_are_rounded_and_never_zero() -> None:
     assert free_threads(16, 9.7) == 6
     quiet = ThreadChoice(threads=2, cores=2, source="measured", busy_cores=0.2)
     assert "the machine was free at start" in quiet.sentence("torch.num_threads")
+
+
+@pytest.mark.skipif(CORES < 2, reason="one core: one thread either way")
+def test_a_quiet_machine_keeps_torchs_own_count_not_every_logical_core(monkeypatch) -> None:
+    """torch's default is one thread per physical core; with two hardware threads a core, the quiet
+    machine's free logical cores are twice that, and so many threads slow torch down."""
+    import torch
+    from astuner_backbone_torch import threads
+
+    before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "busy_cores", lambda cpus: 0.0)
+    monkeypatch.setattr(threads, "_measured", None)
+    monkeypatch.setattr(threads, "_announced", None)
+    monkeypatch.setattr(threads, "_torch_default", None)
+    torch.set_num_threads(CORES // 2)  # as torch starts on a machine with two hardware threads a core
+    try:
+        choice = threads.use_threads(None, "torch.num_threads")
+        assert (choice.threads, torch.get_num_threads()) == (CORES // 2, CORES // 2)
+        assert "the machine was free at start" in choice.sentence("torch.num_threads")
+    finally:
+        torch.set_num_threads(before)

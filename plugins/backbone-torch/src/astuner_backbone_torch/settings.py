@@ -55,7 +55,8 @@ class TorchSettings(BaseModel):
         None,
         ge=1,
         description="torch CPU threads. Default: OMP_NUM_THREADS where set, else the cores other "
-        "processes leave free, measured once at start (all of them on a quiet machine).",
+        "processes leave free, measured once at start, at most torch's own count (one per physical "
+        "core).",
     )
     logprob_chunk: int = Field(1024, ge=1, description="Positions per chunk of the log-prob computation.")
     skip_zero_advantage: bool = Field(
@@ -102,7 +103,8 @@ class TransformersEngineSettings(BaseModel):
         None,
         ge=1,
         description="torch CPU threads. Default: OMP_NUM_THREADS where set, else the cores other "
-        "processes leave free, measured once at start (all of them on a quiet machine).",
+        "processes leave free, measured once at start, at most torch's own count (one per physical "
+        "core).",
     )
     continuous_batching: bool = Field(
         True,

@@ -1,13 +1,15 @@
 """How many CPU threads torch computes with: the cores other processes leave free.
 
-torch's default is one thread per core. Beside another process that keeps
+torch's default is one thread per physical core. Beside another process that keeps
 the cores busy (a training run), OpenMP's threads spin waiting for each
 other at every operation and decoding collapses: on 2 cores beside a
 SmolLM2 training run, the quick start's debug look ran at 3 tok/s with 2
 threads and 14 tok/s with 1 (21 tok/s with 2 on the quiet machine). So
 where the user did not choose (a `num_threads` setting, or
 `OMP_NUM_THREADS` in the environment), a process measures once how many of
-its cores other processes keep busy and takes the rest, one at least, and
+its cores other processes keep busy and takes the rest, one at least and
+never more than torch's default (logical cores count as cores in the load,
+but a second thread per physical core slows torch's matrix products), and
 says so in one line at the start.
 
 The count is measured when the first model loads and kept for the process:
@@ -55,7 +57,7 @@ class ThreadChoice:
             return f"{of} (OMP_NUM_THREADS; {key} overrides it)"
         if self.busy_cores is None:
             return f"{of} (torch's default; could not read the machine's load)"
-        if self.threads < self.cores:
+        if self.busy_cores >= 0.5:  # what `free_threads` rounds to a whole core
             return (
                 f"{of}: other processes kept {self.busy_cores:.1f} cores busy at start, and threads "
                 f"competing for a core spin and stall. Set {key} to choose (e.g. the same count for "
@@ -114,21 +116,22 @@ def free_threads(cores: int, busy: float) -> int:
 _measured: ThreadChoice | None = None
 
 
-def measured_choice() -> ThreadChoice:
-    """The free cores, at least one, measured once per process."""
+def measured_choice(default: int) -> ThreadChoice:
+    """The free cores, at least one and at most `default` (torch's own count), measured once per
+    process."""
     global _measured
     if _measured is None:
-        import torch
-
         cpus = os.sched_getaffinity(0)
         cores = len(cpus)
         busy = busy_cores(cpus)
-        threads = torch.get_num_threads() if busy is None else free_threads(cores, busy)
+        threads = default if busy is None else min(default, free_threads(cores, busy))
         _measured = ThreadChoice(threads, cores, "measured", busy)
     return _measured
 
 
 _announced: ThreadChoice | None = None
+# torch's thread count before this module set one: one per physical core, or MKL_NUM_THREADS's.
+_torch_default: int | None = None
 
 
 def use_threads(setting: int | None, key: str) -> ThreadChoice:
@@ -137,16 +140,18 @@ def use_threads(setting: int | None, key: str) -> ThreadChoice:
     `setting` (a `num_threads` key) wins; else `OMP_NUM_THREADS`, which torch
     has already applied; else the measured free cores.
     """
-    global _announced
+    global _announced, _torch_default
     import torch
 
+    if _torch_default is None:
+        _torch_default = torch.get_num_threads()
     cores = len(os.sched_getaffinity(0))
     if setting:
         choice = ThreadChoice(setting, cores, "setting")
     elif os.environ.get("OMP_NUM_THREADS"):
         choice = ThreadChoice(torch.get_num_threads(), cores, "OMP_NUM_THREADS")
     else:
-        choice = measured_choice()
+        choice = measured_choice(_torch_default)
     if torch.get_num_threads() != choice.threads:
         torch.set_num_threads(choice.threads)
     if choice != _announced:
