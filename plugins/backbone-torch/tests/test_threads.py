@@ -113,3 +113,25 @@ def test_a_quiet_machine_keeps_torchs_own_count_not_every_logical_core(monkeypat
         assert "the machine was free at start" in choice.sentence("torch.num_threads")
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.skipif(CORES < 2, reason="one core: one thread either way")
+def test_an_engine_without_a_setting_keeps_the_count_the_trainer_was_set_to(monkeypatch) -> None:
+    """A torch run sets torch.num_threads, then builds its in-process engine, whose own key is unset:
+    torch's count is one per process, and the engine must not measure it back up."""
+    import torch
+    from astuner_backbone_torch import threads
+
+    before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "busy_cores", lambda cpus: 0.0)
+    monkeypatch.setattr(threads, "_measured", None)
+    monkeypatch.setattr(threads, "_announced", None)
+    monkeypatch.setattr(threads, "_torch_default", None)
+    torch.set_num_threads(CORES)
+    try:
+        threads.use_threads(1, "torch.num_threads")
+        choice = threads.use_threads(None, "rollout.engines.transformers.num_threads")
+        assert (choice.source, choice.threads, torch.get_num_threads()) == ("setting", 1, 1)
+    finally:
+        torch.set_num_threads(before)

@@ -138,7 +138,8 @@ def use_threads(setting: int | None, key: str) -> ThreadChoice:
     """Set torch's thread count for this process and say it once; `key` names the setting to change.
 
     `setting` (a `num_threads` key) wins; else `OMP_NUM_THREADS`, which torch
-    has already applied; else the measured free cores.
+    has already applied; else what another key of this process set; else the
+    measured free cores.
     """
     global _announced, _torch_default
     import torch
@@ -150,6 +151,10 @@ def use_threads(setting: int | None, key: str) -> ThreadChoice:
         choice = ThreadChoice(setting, cores, "setting")
     elif os.environ.get("OMP_NUM_THREADS"):
         choice = ThreadChoice(torch.get_num_threads(), cores, "OMP_NUM_THREADS")
+    elif _announced is not None and _announced.source == "setting":
+        # Another key of this process chose (torch.num_threads, then the engine built in the same
+        # process): torch's count is one per process, and a key left unset does not undo a choice.
+        choice = _announced
     else:
         choice = measured_choice(_torch_default)
     if torch.get_num_threads() != choice.threads:
