@@ -91,6 +91,8 @@ def test_the_free_cores_are_rounded_and_never_zero() -> None:
     assert free_threads(16, 9.7) == 6
     quiet = ThreadChoice(threads=2, cores=2, source="measured", busy_cores=0.2)
     assert "the machine was free at start" in quiet.sentence("torch.num_threads")
+    kept_all = ThreadChoice(threads=16, cores=16, source="measured", busy_cores=0.5)  # rounds to no core
+    assert "the machine was free at start" in kept_all.sentence("torch.num_threads")
 
 
 @pytest.mark.skipif(CORES < 2, reason="one core: one thread either way")

@@ -57,7 +57,7 @@ class ThreadChoice:
             return f"{of} (OMP_NUM_THREADS; {key} overrides it)"
         if self.busy_cores is None:
             return f"{of} (torch's default; could not read the machine's load)"
-        if self.busy_cores >= 0.5:  # what `free_threads` rounds to a whole core
+        if free_threads(self.cores, self.busy_cores) < self.cores:  # the load took cores away
             return (
                 f"{of}: other processes kept {self.busy_cores:.1f} cores busy at start, and threads "
                 f"competing for a core spin and stall. Set {key} to choose (e.g. the same count for "
