@@ -1,7 +1,9 @@
 """The models of one training run: the policy, its rollout copy, and the KL reference.
 
 - The **policy** holds float32 master weights (optionally wrapped with LoRA
-  adapters by peft); forward/backward run under autocast in `train_dtype`.
+  adapters by peft); forward/backward run under autocast in `train_dtype`
+  (bfloat16 on GPUs that have it; on CPUs where `dtype_probe` measured it
+  faster for this model).
 - The **rollout copy** is what the engine generates with: a bfloat16 copy
   where bfloat16 decodes faster (GPUs; CPUs where `dtype_probe` measured
   it), synced from the policy after every update; or the policy itself
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,7 +39,7 @@ from astuner_backbone_torch.adapters import (
     using_adapter,
     with_agent_adapters,
 )
-from astuner_backbone_torch.dtype_probe import fastest_cpu_dtype
+from astuner_backbone_torch.dtype_probe import fastest_cpu_dtype, fastest_cpu_train_dtype
 from astuner_backbone_torch.models import resolve_model_dir
 from astuner_backbone_torch.settings import DType, TorchSettings
 
@@ -75,17 +77,23 @@ def native_bf16(device: torch.device) -> bool:
 def generation_dtype(name: DType, device: torch.device, model: Any) -> torch.dtype:
     """The rollout copy's dtype: as set, else bfloat16 on a GPU that has it, else on a CPU whichever
     decodes `model` faster there (`dtype_probe`, measured once per machine)."""
+    return _chosen_dtype(name, device, model, fastest_cpu_dtype)
+
+
+def training_dtype(name: DType, device: torch.device, model: Any) -> torch.dtype:
+    """The update's autocast dtype: as set, else bfloat16 on a GPU that has it, else on a CPU whichever
+    runs `model`'s forward and backward faster there (`dtype_probe`, measured once per machine)."""
+    return _chosen_dtype(name, device, model, fastest_cpu_train_dtype)
+
+
+def _chosen_dtype(
+    name: DType, device: torch.device, model: Any, probe: Callable[[Any], torch.dtype]
+) -> torch.dtype:
     if name != "auto":
         return getattr(torch, name)
     if device.type == "cpu":
-        return fastest_cpu_dtype(model)
-    return resolve_dtype(name, device)
-
-
-def resolve_dtype(name: DType, device: torch.device) -> torch.dtype:
-    if name == "auto":
-        return torch.bfloat16 if native_bf16(device) else torch.float32
-    return getattr(torch, name)
+        return probe(model)
+    return torch.bfloat16 if native_bf16(device) else torch.float32
 
 
 @dataclass
@@ -128,13 +136,13 @@ class Policy:
         if weights is not None:
             check_resumed_adapters(weights, tuple(plan.trained_adapters))
         device = pick_device(settings.device)
-        train_dtype = resolve_dtype(settings.train_dtype, device)
         base_dir = resolve_model_dir(model_settings.path)
         lora = model_settings.lora.rank > 0 or bool(plan.adapters)
         source = base_dir if (weights is None or lora) else str(weights)
         with naming(source):
             model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
         gen_dtype = generation_dtype(settings.gen_dtype, device, model) if need_generator else torch.float32
+        train_dtype = training_dtype(settings.train_dtype, device, model)
         if plan.adapters:
             model = with_agent_adapters(model, plan, weights)
         elif lora:

@@ -43,7 +43,8 @@ class TorchSettings(BaseModel):
     train_dtype: DType = Field(
         "auto",
         description="Autocast dtype of forward/backward (master weights stay float32). "
-        "auto: bfloat16 where it is faster (GPU, CPU with AMX), else float32.",
+        "auto: bfloat16 on a GPU that has it; on a CPU whichever runs this model's forward and backward "
+        "faster, measured once per machine and cached.",
     )
     gen_dtype: DType = Field(
         "auto",
