@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import types
+from typing import Any
 
 import pytest
 
 from astuner.core.health import HealthMonitor, health_warnings
-from astuner.core.metric_catalog import HealthRule, Metric, MetricCatalog, metric_catalog
+from astuner.core.metric_catalog import HealthRule, Metric, MetricCatalog, collect_metrics, metric_catalog
 from astuner.core.metric_declarations import builtin_catalog
 from astuner.hookspecs import hookimpl
 from astuner.plugins import Plugins
@@ -158,3 +159,41 @@ def test_wrong_declarations_are_refused(key: str, kwargs: dict, words: str, caps
     plugins.add(_plugin("wrong", register_metrics=register_metrics), name="wrong")
     assert metric_catalog(plugins).metrics == []
     assert words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("key", "label", "group"),
+    [
+        ("train/agent/wolf/judge/fallback_share", "wolf: fallback_share", "agent: wolf"),
+        ("val/agent/seer/judge/votes/valid", "seer: votes/valid", "agent: seer"),
+        ("train/agent/wolf/reward_mean", "wolf: mean judge reward", "agent: wolf"),
+        ("val/agent/seer/win_rate", "seer: win rate", "agent: seer"),
+        ("train/agent/seer/calls_mean", "seer: model calls per episode", "agent: seer"),
+        ("train/agent/wolf/response_tokens_mean", "wolf: response tokens per episode", "agent: wolf"),
+    ],
+)
+def test_each_agents_metrics_are_one_chart_section_per_agent(key: str, label: str, group: str) -> None:
+    """An agent's reward, win rate, calls, tokens and the judge's numbers of it share one group."""
+    resolved = builtin_catalog().resolve(key)
+    assert resolved is not None and (resolved["label"], resolved["group"]) == (label, group)
+    if "/judge/" in key:
+        assert resolved["pattern"] == "{split}/agent/{name}/judge/{metric}"
+
+
+def test_an_agents_judge_metric_named_reward_mean_is_still_a_judge_metric() -> None:
+    resolved = builtin_catalog().resolve("train/agent/wolf/judge/reward_mean")
+    assert resolved is not None and resolved["pattern"] == "{split}/agent/{name}/judge/{metric}"
+    assert builtin_catalog().lookup("train/agent/wolf/judge") is None
+
+
+def test_a_plugin_may_declare_with_metric_but_not_repeat_a_placeholder() -> None:
+    def teams(register: Any) -> None:
+        register("{split}/team/{name}/{metric}", label="{name} {metric}", group="team {name}")
+
+    def twice(register: Any) -> None:
+        register("{split}/{name}/{name}", label="x")
+
+    catalog = collect_metrics([("teams", teams), ("twice", twice)])
+    resolved = catalog.resolve("train/team/red/score")
+    assert resolved is not None and (resolved["label"], resolved["group"]) == ("red score", "team red")
+    assert [m.key for m in catalog.metrics] == ["{split}/team/{name}/{metric}"]  # `twice` left out

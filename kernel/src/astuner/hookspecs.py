@@ -313,9 +313,12 @@ def register_metrics(register: RegisterMetric) -> None:
 
     `register(key, label=..., description=..., unit="", good=None,
     health=None, console=False, group="")` per metric. `key` is the metric's
-    name in `metrics.jsonl` with placeholders: `{split}` (train, val, eval)
-    and `{name}` (any one path segment), e.g. `"{split}/reward_mean"`,
-    `"actor/grad_norm"`. `good` is `"up"`, `"down"` or None; `health` an
+    name in `metrics.jsonl` with placeholders: `{split}` (train, val, eval),
+    `{name}` and `{metric}` (each any one path segment, the last one of a key
+    the rest of it), e.g. `"{split}/reward_mean"`, `"actor/grad_norm"`,
+    `"{split}/agent/{name}/judge/{metric}"`; `label` and `group` may use
+    `{name}` and `{metric}` (`group="agent: {name}"`: a chart section per
+    agent). `good` is `"up"`, `"down"` or None; `health` an
     `astuner.training.HealthRule` (a threshold and what crossing it means);
     `console` puts it on each step's console line. The console line,
     TensorBoard's chart layout, the log viewer's charts and the health checks

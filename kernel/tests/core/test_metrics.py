@@ -161,3 +161,38 @@ def test_judge_metrics_are_averaged_over_the_runs_that_report_them() -> None:
     assert judge_metrics([run({"judge/x": 3.0, "x": 1.0})], "val") == {"val/judge/x": 3.0}
     assert judge_metrics([run({"x": float("inf")})], "val") == {}
     assert judge_metrics([], "val") == {}
+
+
+def test_a_judge_metric_of_one_agent_is_rolled_up_among_that_agents_metrics() -> None:
+    """`agent/<agent>/<metric>` from the judge becomes `<split>/agent/<agent>/judge/<metric>`,
+    averaged over the finished runs that report it, and is not listed under `judge/` as well."""
+
+    def game(metrics: dict, error: str | None = None) -> Trajectory:
+        calls = [LLMCall(index=0, agent_name="wolf"), LLMCall(index=1, agent_name="seer")]
+        t = Trajectory(
+            trajectory_id=str(metrics), calls=calls, agent_rewards={"wolf": 1.0, "seer": -1.0}, error=error
+        )
+        t.metrics.update(metrics)
+        return t
+
+    runs = [
+        game({"agent/wolf/fallback_share": 0.5, "agent/seer/checked_wolves": 1.0, "village_won": 0.0}),
+        game({"agent/wolf/fallback_share": 0.25, "agent/seer/checked_wolves": True, "village_won": 1.0}),
+        game({"judge/agent/wolf/fallback_share": 0.0, "agent/wolf/fallback_share": 9.0}),  # judge/ wins
+        game({"agent/seer/votes/valid": 1.0, "agent/seer": 2.0, "agent//x": 3.0}),
+        game({"agent/wolf/fallback_share": 100.0}, error="boom"),  # errored: left out
+    ]
+    metrics = rollout_metrics(runs, "train")
+    assert metrics["train/agent/wolf/judge/fallback_share"] == pytest.approx(0.25)  # three reporters
+    assert metrics["train/agent/seer/judge/checked_wolves"] == 1.0  # two reporters, a bool as 1
+    assert metrics["train/agent/seer/judge/votes/valid"] == 1.0  # the metric may have segments
+    assert metrics["train/judge/village_won"] == 0.5
+    # Beside the agent's own roll-up, not instead of it.
+    assert metrics["train/agent/wolf/win_rate"] == 1.0 and metrics["train/agent/seer/calls_mean"] == 1.0
+    # Not a metric of one agent: no agent name, or no metric after it, keeps `judge/`.
+    assert metrics["train/judge/agent/seer"] == 2.0 and metrics["train/judge/agent//x"] == 3.0
+    judged = sorted(k for k in metrics if k.startswith("train/judge/agent/"))
+    assert judged == ["train/judge/agent//x", "train/judge/agent/seer"]
+    # Without agent metrics of its own (one agent), the judge's numbers of an agent still have their place.
+    single = judge_metrics([game({"agent/solver/steps": 4.0})], "val")
+    assert single == {"val/agent/solver/judge/steps": 4.0}

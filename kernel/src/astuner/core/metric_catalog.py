@@ -12,12 +12,17 @@ Plugins declare metrics through the `register_metrics` hook (the kernel's
 own, in `astuner.core.metric_declarations`, through the default plugin
 `astuner.default_plugins.metrics`); `metric_catalog(plugins)` collects them.
 Keys are patterns: `{split}` stands for a split (train, val, validation,
-eval, and debug: the debug backbone's rollouts) and `{name}` for one path
-segment, or, at the end of a pattern, for the rest of the key (a judge's
-`one_hop/correct` under `{split}/judge/{name}`):
+eval, and debug: the debug backbone's rollouts), `{name}` and `{metric}`
+each for one path segment, or, the one at the end of a pattern, for the rest
+of the key (a judge's `one_hop/correct` under `{split}/judge/{name}`). Two
+placeholders let a pattern name both whose metric it is and which one: an
+agent's judge metrics are `{split}/agent/{name}/judge/{metric}`. A label and
+a group may use `{name}` and `{metric}`, so one declaration gives each agent
+a chart section of its own (`group="agent: {name}"`):
 
     catalog = metric_catalog(plugins)
     catalog.lookup("val/reward_mean").label  # "mean judge reward"
+    catalog.resolve("train/agent/wolf/judge/invalid_votes")["group"]  # "agent: wolf"
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ if TYPE_CHECKING:
 
 SPLITS = ("train", "val", "validation", "eval", "debug")
 GOOD = ("up", "down", None)
-_PLACEHOLDER = re.compile(r"\{(split|name)\}")
+_PLACEHOLDER = re.compile(r"\{(split|name|metric)\}")
+_FILLED = ("name", "metric")
 
 
 @dataclass(frozen=True)
@@ -82,11 +88,13 @@ class _ZeroForMissing(dict[str, float]):
 class Metric:
     """One declared metric (see the module docstring for `key`'s placeholders).
 
-    `label` is short and readable ("mean judge reward"; it may use `{name}`),
+    `label` is short and readable ("mean judge reward"; it may use `{name}`
+    and `{metric}`),
     `description` one or two sentences on what it measures, `unit` what its
     numbers count ("s", "tokens", "" for a share or plain number), `good`
     "up", "down" or None, `health` its `HealthRule`, `console` whether each
-    step's console line shows it, `group` the chart section it belongs to.
+    step's console line shows it, `group` the chart section it belongs to
+    (it may use `{name}` and `{metric}` too: a section per agent).
     """
 
     key: str
@@ -105,7 +113,8 @@ class Metric:
     def resolve(self, key: str) -> dict[str, Any] | None:
         """This declaration as it applies to the concrete `key`, as plain data; None if it does not match.
 
-        `label` has `{name}` filled in; `split` is the key's split (or None).
+        `label` and `group` have `{name}` and `{metric}` filled in; `split` is
+        the key's split (or None).
         """
         found = self.pattern().fullmatch(key)
         if found is None:
@@ -114,11 +123,11 @@ class Metric:
         return {
             "key": key,
             "pattern": self.key,
-            "label": self.label.replace("{name}", parts.get("name") or ""),
+            "label": _fill(self.label, parts),
             "description": self.description,
             "unit": self.unit,
             "good": self.good,
-            "group": self.group,
+            "group": _fill(self.group, parts),
             "console": self.console,
             "split": parts.get("split"),
             "health": None if self.health is None else self.health.name,
@@ -139,6 +148,13 @@ class Metric:
         }
 
 
+def _fill(text: str, parts: Mapping[str, str | None]) -> str:
+    """`text` with each `{name}` and `{metric}` replaced by that part of a concrete key."""
+    for part in _FILLED:
+        text = text.replace(f"{{{part}}}", parts.get(part) or "")
+    return text
+
+
 @cache
 def _compile(key: str) -> re.Pattern[str]:
     pieces = _PLACEHOLDER.split(key)
@@ -150,14 +166,14 @@ def _compile(key: str) -> re.Pattern[str]:
             out.append("(?P<split>" + "|".join(SPLITS) + ")")
         else:
             last = i == len(pieces) - 2 and pieces[-1] == ""
-            out.append("(?P<name>.+)" if last else "(?P<name>[^/]+)")
+            out.append(f"(?P<{piece}>.+)" if last else f"(?P<{piece}>[^/]+)")
     return re.compile("".join(out))
 
 
 def _specificity(metric: Metric) -> tuple[int, int]:
     """Patterns with more fixed text win: `{split}/agent/{name}/reward_mean` over `{split}/judge/{name}`."""
     literal = _PLACEHOLDER.sub("", metric.key)
-    return (-len(literal), metric.key.count("{name}"))
+    return (-len(literal), metric.key.count("{name}") + metric.key.count("{metric}"))
 
 
 class MetricCatalog:
@@ -222,8 +238,13 @@ def _register_into(staged: list[Metric]) -> RegisterMetric:
     ) -> None:
         if not isinstance(key, str) or not key or key.startswith("/") or key.endswith("/"):
             raise ValueError(f"invalid metric key {key!r}: a path such as '{{split}}/reward_mean'")
-        if set(re.findall(r"\{([^}]*)\}", key)) - {"split", "name"}:
-            raise ValueError(f"metric key {key!r}: the only placeholders are {{split}} and {{name}}")
+        placeholders = re.findall(r"\{([^}]*)\}", key)
+        if set(placeholders) - {"split", "name", "metric"}:
+            raise ValueError(
+                f"metric key {key!r}: the only placeholders are {{split}}, {{name}} and {{metric}}"
+            )
+        if len(placeholders) != len(set(placeholders)):
+            raise ValueError(f"metric key {key!r}: each placeholder at most once")
         if good not in GOOD:
             raise ValueError(f"metric {key!r}: good is 'up', 'down' or None, not {good!r}")
         if health is not None and not isinstance(health, HealthRule):

@@ -247,8 +247,14 @@ def _tools(register: RegisterMetric) -> None:
 
 
 def _agents_and_judges(register: RegisterMetric) -> None:
-    """Per agent of a multi-agent workflow, and each number a judge reports."""
-    group = "agents"
+    """Per agent of a multi-agent workflow, and each number a judge reports.
+
+    Each agent's metrics, those the judge reports of it (`agent/<agent>/<metric>`
+    in `JudgeOutput.metrics`) included, are one chart section per agent,
+    "agent: <name>": what a role's training changes is read off one section,
+    each role beside its own numbers rather than interleaved with the others'.
+    """
+    group = "agent: {name}"
     register(
         "{split}/agent/{name}/reward_mean",
         label="{name}: mean judge reward",
@@ -277,6 +283,13 @@ def _agents_and_judges(register: RegisterMetric) -> None:
         label="{name}: response tokens per episode",
         description="Tokens the agent generated per trajectory.",
         unit="tokens",
+        group=group,
+    )
+    register(
+        "{split}/agent/{name}/judge/{metric}",
+        label="{name}: {metric}",
+        description="A number the judge (or the workflow) reported of this agent as "
+        "`agent/<agent>/<metric>`, averaged over the trajectories that reported it.",
         group=group,
     )
     register(

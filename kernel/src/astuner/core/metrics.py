@@ -9,6 +9,7 @@ everywhere. Pure functions of the trajectories; no torch.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 from astuner.core.trajectory import Trajectory
@@ -32,7 +33,8 @@ def succeeded(trajectory: Trajectory) -> bool:
 
 def rollout_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str, float]:
     """Reward mean/std, success, madness and error rates, response length, turns, then
-    `tool_metrics`, `agent_metrics` and `judge_metrics` under the same `prefix`."""
+    `tool_metrics`, `agent_metrics` and `judge_metrics` under the same `prefix` (the judge's
+    numbers of one agent among that agent's, `<prefix>/agent/<agent>/judge/<metric>`)."""
     n = max(len(trajectories), 1)
     scored = [r for t in trajectories if t.error is None and (r := scalar_reward(t)) is not None]
     mean = sum(scored) / len(scored) if scored else 0.0
@@ -53,17 +55,20 @@ def rollout_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str
 
 
 _JUDGE = "judge/"
+_OF_AGENT = re.compile(r"agent/(?P<agent>[^/]+)/(?P<metric>.+)")
 
 
 def judge_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str, float]:
     """The mean of each number in `Trajectory.metrics` (what the judge's `JudgeOutput.metrics` and
-    the workflow's `WorkflowOutput.metrics` reported), under `<prefix>/judge/<name>`.
+    the workflow's `WorkflowOutput.metrics` reported), under `<prefix>/judge/<name>`, or, for a
+    number of one agent (named `agent/<agent>/<metric>`), under `<prefix>/agent/<agent>/judge/<metric>`
+    beside that agent's own reward and calls (`agent_metrics`), and not also under `judge/`.
 
     Each mean is over the runs that finished (no `error`) and report that name, so a metric one
     kind of task reports is not diluted by the runs of the others. Bools count as 0/1; values
     that are not numbers, or not finite, are left out of the mean. A name the judge already
     wrote as `judge/<name>` keeps one `judge/`; a run reporting both `x` and `judge/x` counts
-    once, with its `judge/x`.
+    once, with its `judge/x` (`judge/agent/wolf/x` is wolf's `x`, as `agent/wolf/x` is).
     """
     values: dict[str, list[float]] = {}
     for t in trajectories:
@@ -76,7 +81,15 @@ def judge_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str, 
                 reported[name.removeprefix(_JUDGE)] = number
         for name, number in reported.items():
             values.setdefault(name, []).append(number)
-    return {f"{prefix}/{_JUDGE}{name}": sum(v) / len(v) for name, v in sorted(values.items())}
+    return {_judge_key(prefix, name): sum(v) / len(v) for name, v in sorted(values.items())}
+
+
+def _judge_key(prefix: str, name: str) -> str:
+    """The step metric key of the judge's number `name` (its `judge/` taken off already)."""
+    of_agent = _OF_AGENT.fullmatch(name)
+    if of_agent is None:
+        return f"{prefix}/{_JUDGE}{name}"
+    return f"{prefix}/agent/{of_agent['agent']}/{_JUDGE}{of_agent['metric']}"
 
 
 def _finite_number(value: object) -> float | None:

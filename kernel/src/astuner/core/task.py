@@ -108,6 +108,16 @@ class JudgeOutput(BaseModel):
     train on its own reward, with advantages grouped per agent).
     `is_success` left out means: a positive reward (summed over steps or
     agents) is a success, as AgentScope Tuner's `JudgeOutput(reward=...)` implies.
+
+    `metrics` are numbers of this run to chart over steps: each step
+    averages a name over the runs that report it, as `<split>/judge/<name>`
+    (`{"invalid_votes": 2.0}`: `train/judge/invalid_votes`). A number of one
+    agent is named `agent/<agent>/<metric>` (`agent/wolf/fallback_share`)
+    and averaged as `<split>/agent/<agent>/judge/<metric>`
+    (`train/agent/wolf/judge/fallback_share`, not also under `judge/`): the
+    viewer and TensorBoard chart it in that agent's section, beside its
+    reward, win rate, calls and tokens. A workflow's `WorkflowOutput.metrics`
+    are rolled up the same way.
     """
 
     model_config = ConfigDict(extra="forbid")
