@@ -52,3 +52,53 @@ def test_tensorboard_charts_are_laid_out_by_the_declarations(tmp_path: Path) -> 
         "judge": {"one_hop/correct": ["train/judge/one_hop/correct"]},
     }
     assert len(written) == 2, "the layout is written again only when a step brings a new chart"
+
+
+def test_tensorboard_has_a_section_per_agent_with_its_judge_metrics(tmp_path: Path) -> None:
+    """Each agent's reward, win rate, calls, tokens and the judge's numbers of it (`agent/<agent>/<metric>`
+    from the judge) are one section, each chart with the agent's splits together."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.custom_scalar import layout_pb2
+
+    catalog = metric_catalog(Plugins(load_entry_points=False))
+    log = MetricsLog(tmp_path / "metrics.jsonl", tmp_path / "tb", catalog)
+    for step in (1, 2):
+        row = {}
+        for split in ("train", "val"):
+            for agent in ("wolf", "seer"):
+                for name in ("reward_mean", "win_rate", "calls_mean", "response_tokens_mean"):
+                    row[f"{split}/agent/{agent}/{name}"] = 0.5 * step
+            row[f"{split}/agent/wolf/judge/fallback_share"] = 1.0 / step
+            row[f"{split}/judge/village_won"] = 0.5
+        log.write(step, row)
+    log.close()
+
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    written = events.Tensors("custom_scalars__config__")
+    layout = layout_pb2.Layout.FromString(written[-1].tensor_proto.string_val[0])
+    charts = {
+        category.title: {chart.title: list(chart.multiline.tag) for chart in category.chart}
+        for category in layout.category
+    }
+    assert list(charts) == ["agent: wolf", "agent: seer", "judge"]
+    assert charts["agent: wolf"] == {
+        "wolf: mean judge reward": ["train/agent/wolf/reward_mean", "val/agent/wolf/reward_mean"],
+        "wolf: win rate": ["train/agent/wolf/win_rate", "val/agent/wolf/win_rate"],
+        "wolf: model calls per episode": ["train/agent/wolf/calls_mean", "val/agent/wolf/calls_mean"],
+        "wolf: response tokens per episode": [
+            "train/agent/wolf/response_tokens_mean",
+            "val/agent/wolf/response_tokens_mean",
+        ],
+        "wolf: fallback_share": [
+            "train/agent/wolf/judge/fallback_share",
+            "val/agent/wolf/judge/fallback_share",
+        ],
+    }
+    assert list(charts["agent: seer"]) == [
+        "seer: mean judge reward",
+        "seer: win rate",
+        "seer: model calls per episode",
+        "seer: response tokens per episode",
+    ]
+    assert charts["judge"] == {"village_won": ["train/judge/village_won", "val/judge/village_won"]}

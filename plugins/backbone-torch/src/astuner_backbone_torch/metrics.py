@@ -5,7 +5,9 @@ The scoring functions live in the kernel (`astuner.core.metrics`, shared with
 Custom Scalars tab is laid out from the metrics' declarations
 (`register_metrics`): a section per group, a chart per declared metric with
 its splits drawn together (train and validation reward in one chart), each
-judge metric a chart of its own under "judge".
+judge metric a chart of its own under "judge", and a section per agent of a
+multi-agent workflow ("agent: wolf": its reward, win rate, calls, tokens and
+the judge's numbers of it).
 """
 
 from __future__ import annotations
