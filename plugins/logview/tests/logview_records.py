@@ -14,7 +14,8 @@ per token) drives two workflows registered through a test plugin:
 `write_hint_run` adds a training-style run with one trajectory whose agent
 adds a hint message for one call and removes it again: two samples and a
 prefix break between them. `write_werewolf_run` adds one of multi-agent
-games, each agent scored by the judge and generating with its own adapter.
+games, each agent scored by the judge and generating with its own adapter;
+`write_werewolf_metrics` gives it the step metrics of such games, per agent.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typer.testing import CliRunner
 
 from astuner import hookimpl
 from astuner.cli import make_app
+from astuner.core.metrics import rollout_metrics
 from astuner.core.task import WorkflowOutput
 from astuner.core.tokenizer import ChatTokenizer
 from astuner.core.tracker import ContextTracker
@@ -291,3 +293,22 @@ def write_werewolf_run(root: Path, source: Path) -> Path:
     ]
     (run / "rollouts" / "step_1.jsonl").write_text("".join(lines), encoding="utf-8")
     return run
+
+
+def write_werewolf_metrics(run: Path, steps: int = 3) -> list[dict[str, float]]:
+    """`run/metrics.jsonl`: `steps` training steps scored as training scores them
+    (`rollout_metrics`) over the `GAMES`, whose judge reports a per-agent share
+    (`agent/<agent>/fallback_share`, falling step by step) and `village_won`."""
+    rows = []
+    for step in range(1, steps + 1):
+        games = []
+        for k, (group, rewards) in enumerate(GAMES):
+            game = werewolf_trajectory(k, group, rewards)
+            game.metrics.update(
+                {f"agent/{agent}/fallback_share": (k % 2 + 1) / (2 * step) for agent in rewards}
+            )
+            game.metrics["village_won"] = float(rewards["seer"] > 0.5)
+            games.append(game)
+        rows.append({"step": step, **rollout_metrics(games, "train")})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return rows

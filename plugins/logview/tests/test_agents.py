@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from logview_records import ADAPTERS, GAMES, write_werewolf_run
+from logview_records import ADAPTERS, GAMES, write_werewolf_metrics, write_werewolf_run
 
 RUN = "werewolf/20260104-050607"
 
@@ -86,3 +86,33 @@ def test_the_view_shows_each_calls_agent_adapter_and_advantage(viewer) -> None:
     flat = {a["name"]: a["zero_variance"] for a in g2["agents"]}
     assert flat == {"seer": True, "villager": False}
     assert g2["advantage"]["zero_variance"] is False
+
+
+def test_each_agents_metrics_come_as_a_chart_section_of_its_own(
+    serve, tmp_path: Path, calc_run: Path
+) -> None:
+    """Reward, win rate, calls, tokens and the judge's numbers of an agent share the group
+    "agent: <name>"; the judge's `agent/<agent>/<metric>` is one of them, not a `judge/` metric."""
+    run = write_werewolf_run(tmp_path, calc_run)
+    rows = write_werewolf_metrics(run)
+    answer = get(serve(tmp_path), "/api/metrics", run=RUN)
+    assert answer["rows"] == rows
+    groups: dict[str, list[str]] = {}
+    for metric in answer["metrics"]:
+        groups.setdefault(metric["group"], []).append(metric["label"])
+    assert [g for g in groups if g.startswith("agent")] == ["agent: seer", "agent: villager", "agent: wolf"]
+    assert groups["agent: wolf"] == [
+        "wolf: mean judge reward",
+        "wolf: win rate",
+        "wolf: model calls per episode",
+        "wolf: response tokens per episode",
+        "wolf: fallback_share",
+    ]
+    assert groups["judge"] == ["village_won"]
+    by_key = {m["key"]: m for m in answer["metrics"]}
+    share = by_key["train/agent/seer/judge/fallback_share"]
+    assert (share["pattern"], share["split"]) == ("{split}/agent/{name}/judge/{metric}", "train")
+    assert [row["train/agent/seer/judge/fallback_share"] for row in rows] == pytest.approx(
+        [0.7, 0.35, 0.7 / 3]
+    )
+    assert not any("/judge/agent/" in key for row in rows for key in row)

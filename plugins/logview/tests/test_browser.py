@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from logview_records import LONG_TURNS, SCRIPT, write_hint_run, write_werewolf_run
+from logview_records import LONG_TURNS, SCRIPT, write_hint_run, write_werewolf_metrics, write_werewolf_run
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need `pip install playwright`")
 expect = sync_api.expect
@@ -177,6 +177,31 @@ def test_metrics_charts_are_grouped_by_their_declarations(
     assert val.inner_text().splitlines()[0] == "validation: mean judge reward (last 0.4000)"
     assert "(higher is better)" in val.get_attribute("title")
     assert "step time (last 3 s)" in page.locator(".chart[data-key='timing/step_s']").inner_text()
+
+
+def test_each_agent_has_a_chart_section_with_its_judge_metrics(
+    page, serve, tmp_path: Path, calc_run: Path
+) -> None:
+    write_werewolf_metrics(write_werewolf_run(tmp_path, calc_run))
+    page.set_viewport_size({"width": 1280, "height": 1000})
+    page.goto(serve(tmp_path).url)
+    page.wait_for_selector(".trajectory-row")
+    page.click("#tabs button[data-tab=metrics]")
+    page.wait_for_selector(".chart")
+    titles = page.locator(".chart-group h4").all_inner_texts()
+    assert [t for t in titles if t.startswith("agent")] == ["agent: seer", "agent: villager", "agent: wolf"]
+    wolf = page.locator(".chart-group[data-group='agent: wolf'] .chart")
+    assert wolf.evaluate_all("charts => charts.map(c => c.dataset.key)") == [
+        "train/agent/wolf/reward_mean",
+        "train/agent/wolf/win_rate",
+        "train/agent/wolf/calls_mean",
+        "train/agent/wolf/response_tokens_mean",
+        "train/agent/wolf/judge/fallback_share",
+    ]
+    assert wolf.last.locator("figcaption span").first.inner_text() == "wolf: fallback_share (last 0.2222)"
+    assert page.locator(".chart-group[data-group=judge] .chart").count() == 1  # village_won alone
+    page.locator(".chart-group[data-group='agent: seer']").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "logview-per-agent-charts.png"))
 
 
 def test_a_link_opens_the_trajectory(page, serve, record_root: Path, calc_run: Path) -> None:
