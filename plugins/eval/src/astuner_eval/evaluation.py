@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import re
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -52,6 +53,7 @@ from astuner_eval.checkpoints import LATEST, latest_checkpoint, model_for_checkp
 SUMMARY_FILE = "eval_summary.json"
 ROLLOUT_FILE = "eval.jsonl"
 JUDGE_PREFIX = "eval/judge/"
+_AGENT_JUDGE = re.compile(r"eval/agent/(?P<agent>[^/]+)/judge/(?P<metric>.+)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,8 +99,15 @@ def eval_metrics(trajectories: Sequence[Trajectory], n_samples: int) -> dict[str
 
 
 def judge_means(metrics: Mapping[str, float]) -> dict[str, float]:
-    """The judge metrics among `metrics`, by the name the judge gave them (`eval/judge/x` as `x`)."""
-    return {k.removeprefix(JUDGE_PREFIX): v for k, v in metrics.items() if k.startswith(JUDGE_PREFIX)}
+    """The judge metrics among `metrics`, by the name the judge gave them (`eval/judge/x` as `x`;
+    a number of one agent, rolled up as `eval/agent/wolf/judge/x`, as `agent/wolf/x`)."""
+    means = {}
+    for key, value in metrics.items():
+        if key.startswith(JUDGE_PREFIX):
+            means[key.removeprefix(JUDGE_PREFIX)] = value
+        elif (of_agent := _AGENT_JUDGE.fullmatch(key)) is not None:
+            means[f"agent/{of_agent['agent']}/{of_agent['metric']}"] = value
+    return means
 
 
 def checkpoint_step(checkpoint: Path | None) -> int:
