@@ -200,6 +200,11 @@ def test_each_agent_has_a_chart_section_with_its_judge_metrics(
     ]
     assert wolf.last.locator("figcaption span").first.inner_text() == "wolf: fallback_share (last 0.2222)"
     assert page.locator(".chart-group[data-group=judge] .chart").count() == 1  # village_won alone
+    # The seer's two calls a game, the same every step: a flat line mid-height between two ticks.
+    calls = page.locator(".chart[data-key='train/agent/seer/calls_mean'] svg")
+    assert calls.locator(".tick").all_text_contents()[:2] == ["2.200", "1.800"]
+    points = calls.locator("polyline").get_attribute("points").split()
+    assert [float(point.split(",")[1]) for point in points] == pytest.approx([70, 70, 70])  # of 140
     page.locator(".chart-group[data-group='agent: seer']").scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / "logview-per-agent-charts.png"))
 

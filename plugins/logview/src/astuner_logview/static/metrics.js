@@ -6,7 +6,12 @@
 function chart(key, points, meta) {
   const W = 320, H = 140, P = 28;
   const xs = points.map((p) => p[0]), ys = points.map((p) => p[1]);
-  const [x0, x1] = [Math.min(...xs), Math.max(...xs)], [y0, y1] = [Math.min(...ys), Math.max(...ys)];
+  const [x0, x1] = [Math.min(...xs), Math.max(...xs)];
+  // A flat series (an untrained agent's reward, a constant count) is drawn mid-height between two
+  // distinct ticks, not on the x axis under one value printed twice.
+  const [low, high] = [Math.min(...ys), Math.max(...ys)];
+  const pad = high > low ? 0 : Math.abs(low) / 10 || 1;
+  const [y0, y1] = [low - pad, high + pad];
   const sx = (x) => P + ((x - x0) / (x1 - x0 || 1)) * (W - 2 * P);
   const sy = (y) => H - P - ((y - y0) / (y1 - y0 || 1)) * (H - 2 * P);
   const ns = "http://www.w3.org/2000/svg";
