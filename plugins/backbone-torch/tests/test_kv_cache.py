@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 from astuner_backbone_torch import kv_cache  # noqa: E402
 from astuner_backbone_torch.decoding import DecodedRow, RunningBatch, Sampler  # noqa: E402
 from astuner_backbone_torch.kv_cache import GrowingCache, SlotCache, takes_slot_cache  # noqa: E402
+from astuner_backbone_torch.packed_decoder import PackedDecoder, packed_decoder  # noqa: E402
 from astuner_backbone_torch.prefix_cache import PrefixStore  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
@@ -30,6 +31,17 @@ def model(tiny_model_dir: Path):
             if parameter.dim() > 1:
                 parameter.mul_(2)
     return loaded
+
+
+@pytest.fixture(params=["forward", "packed"])
+def decoder(request, model) -> PackedDecoder | None:
+    """Decoding steps through the model's forward, or through the packed decoder (the engine's default
+    on a CPU): both must decode as the uncached forward."""
+    if request.param == "forward":
+        return None
+    packed = packed_decoder(model)
+    assert packed is not None
+    return packed
 
 
 class _Uncached:
@@ -97,9 +109,9 @@ def _assert_same(rows: list[DecodedRow], expected: list[DecodedRow]) -> None:
         assert torch.allclose(torch.tensor(row.logprobs), torch.tensor(want.logprobs), atol=1e-5)
 
 
-def _both(model, sampler: Sampler, seed: int, prefixes=None, stops=frozenset()):
+def _both(model, sampler: Sampler, seed: int, prefixes=None, stops=frozenset(), decoder=None):
     torch.manual_seed(seed)
-    batch = RunningBatch(model, sampler, pad_id=0, prefixes=prefixes)
+    batch = RunningBatch(model, sampler, pad_id=0, prefixes=prefixes, decoder=decoder)
     rows = _run(batch, stops=stops)
     torch.manual_seed(seed)
     expected = _run(_Uncached(model, sampler), stops=stops)
@@ -113,34 +125,39 @@ def test_the_tiny_model_takes_the_slot_cache(model) -> None:
     assert isinstance(batch._kv, SlotCache) and batch.can_join
 
 
-def test_greedy_rows_joining_and_leaving_decode_as_the_uncached_forward(model, monkeypatch) -> None:
+def test_greedy_rows_joining_and_leaving_decode_as_the_uncached_forward(model, decoder, monkeypatch) -> None:
     monkeypatch.setattr("astuner_backbone_torch.decoding.FIRST_NEW_COLUMNS", 2)  # columns double mid-decode
-    batch, rows, expected = _both(model, Sampler(greedy=True), seed=0)
+    batch, rows, expected = _both(model, Sampler(greedy=True), seed=0, decoder=decoder)
     _assert_same(rows, expected)
     assert len({tuple(r.token_ids) for r in rows}) > 5  # the rows' tokens differ: a mix-up would show
     assert batch._kv.slots >= 6 and batch._kv.columns >= 14 + 8  # it grew past its first rows and columns
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_sampled_rows_joining_and_leaving_decode_as_the_uncached_forward(model, seed: int) -> None:
-    sampler = Sampler(temperature=0.9, top_k=50, top_p=0.95)
-    _, rows, expected = _both(model, sampler, seed=seed)
+@pytest.mark.parametrize(
+    "sampler", [Sampler(temperature=0.9, top_k=50, top_p=0.95), Sampler(temperature=1.0)]
+)
+def test_sampled_rows_joining_and_leaving_decode_as_the_uncached_forward(
+    model, decoder, seed: int, sampler: Sampler
+) -> None:
+    _, rows, expected = _both(model, sampler, seed=seed, decoder=decoder)
     _assert_same(rows, expected)
 
 
-def test_stop_tokens_end_rows_early_as_in_the_uncached_forward(model) -> None:
+def test_stop_tokens_end_rows_early_as_in_the_uncached_forward(model, decoder) -> None:
     # frequent tokens of this model: some rows stop after a few tokens, others run to their limit
-    _, rows, expected = _both(model, Sampler(temperature=1.0), seed=3, stops=frozenset(range(0, 631, 7)))
+    stops = frozenset(range(0, 631, 7))
+    _, rows, expected = _both(model, Sampler(temperature=1.0), seed=3, stops=stops, decoder=decoder)
     _assert_same(rows, expected)
     assert {r.finish_reason for r in rows} == {"stop", "length"}
 
 
-def test_with_the_prefix_store_rows_decode_as_the_uncached_forward(model) -> None:
+def test_with_the_prefix_store_rows_decode_as_the_uncached_forward(model, decoder) -> None:
     store = PrefixStore(4096)
     sampler = Sampler(temperature=1.0)
     first = [[*SYSTEM, 1, 2], [*SYSTEM, 3], [*SYSTEM, 1, 2]]
     torch.manual_seed(5)
-    batch = RunningBatch(model, sampler, pad_id=0, prefixes=store)
+    batch = RunningBatch(model, sampler, pad_id=0, prefixes=store, decoder=decoder)
     rows = batch.add(first, [4, 6, 5], [frozenset()] * 3)
     batch.step()
     # a next turn continuing a finished row joins while the others still decode

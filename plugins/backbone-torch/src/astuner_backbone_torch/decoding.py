@@ -25,6 +25,7 @@ from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsW
 from astuner.training import FinishReason
 from astuner_backbone_torch.kv_cache import FIRST_NEW_COLUMNS, GrowingCache, SlotCache, takes_slot_cache
 from astuner_backbone_torch.models import cache_argument
+from astuner_backbone_torch.packed_decoder import PackedDecoder
 from astuner_backbone_torch.prefix_cache import MIN_REUSED_TOKENS, CachedSequence, LayerKV, PrefixStore
 
 
@@ -42,11 +43,20 @@ class Sampler:
         scaled = logits.float()
         if not self.greedy and self.temperature != 1.0:
             scaled = scaled / self.temperature
-        logprobs = torch.log_softmax(scaled, dim=-1)
         if self.greedy:
             tokens = scaled.argmax(dim=-1)
-        else:
-            tokens = inverse_cdf_sample(filtered_probs(logprobs, self.top_p, self.top_k))
+            return tokens, scaled.gather(1, tokens[:, None])[:, 0] - torch.logsumexp(scaled, dim=-1)
+        if self.top_p >= 1.0 and not 0 < self.top_k < scaled.shape[-1]:
+            # Unfiltered (RL's sampling): one exponential and one cumulative sum over the vocabulary
+            # give both the draw and the log-normaliser, where log_softmax then exp took two more passes.
+            top = scaled.amax(dim=-1, keepdim=True)
+            weights = (scaled - top).exp_()
+            cdf = weights.cumsum(dim=-1)
+            tokens = _inverse_cdf(cdf, weights)
+            logprobs = scaled.gather(1, tokens[:, None])[:, 0] - top[:, 0] - cdf[:, -1].log()
+            return tokens, logprobs
+        logprobs = torch.log_softmax(scaled, dim=-1)
+        tokens = inverse_cdf_sample(filtered_probs(logprobs, self.top_p, self.top_k))
         return tokens, logprobs.gather(1, tokens[:, None])[:, 0]
 
 
@@ -57,7 +67,11 @@ def inverse_cdf_sample(probs: torch.Tensor) -> torch.Tensor:
     of a 115 ms decoding step for 32 rows of SmolLM2's 49k tokens; this takes about 1 ms. A token
     of probability 0 is never picked (its cumulative sum equals its predecessor's).
     """
-    cdf = probs.cumsum(dim=-1)
+    return _inverse_cdf(probs.cumsum(dim=-1), probs)
+
+
+def _inverse_cdf(cdf: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """`inverse_cdf_sample` given the cumulative sums `cdf` `(B, V)` of `probs`."""
     draw = torch.rand(probs.shape[0], 1, dtype=cdf.dtype, device=cdf.device) * cdf[:, -1:]
     tokens = torch.searchsorted(cdf, draw, right=True)[:, 0]
     beyond = tokens >= probs.shape[-1]
@@ -135,16 +149,24 @@ class RunningBatch:
 
     With `prefixes`, a joining prompt starts from the longest stored sequence
     it continues, a prompt sent several times is run once, and every finished
-    row's keys and values are stored for the calls that continue it.
+    row's keys and values are stored for the calls that continue it. With a
+    `decoder` (`packed_decoder`), decoding steps on the slot cache run through
+    it instead of the model's forward; prompts always run through the model.
     """
 
     def __init__(
-        self, model: Any, sampler: Sampler, pad_id: int, prefixes: PrefixStore | None = None
+        self,
+        model: Any,
+        sampler: Sampler,
+        pad_id: int,
+        prefixes: PrefixStore | None = None,
+        decoder: PackedDecoder | None = None,
     ) -> None:
         self.model = model
         self.sampler = sampler
         self.pad_id = pad_id
         self.prefixes = prefixes
+        self.decoder = decoder
         self._rows: list[_Row] = []
         self._kv: SlotCache | GrowingCache | None = None
         self._logits = torch.zeros((0, 0))  # (B, V) of each row's next token
@@ -228,6 +250,10 @@ class RunningBatch:
                 self._kv = None
             return
         attention, positions = kv.step_inputs()
+        if self.decoder is not None and isinstance(kv, SlotCache):
+            self._logits = self.decoder.step(tokens, kv, attention, positions)
+            kv.advance()
+            return
         self._logits = self.model(
             input_ids=tokens[:, None],
             attention_mask=attention,

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from astuner.api import AstunerError, Generation, SamplingParams
 from astuner_backbone_torch.adapters import using_adapter
 from astuner_backbone_torch.decoding import DecodedRow, RunningBatch, Sampler
+from astuner_backbone_torch.packed_decoder import packed_decoder
 from astuner_backbone_torch.prefix_cache import PrefixStore
 from astuner_backbone_torch.settings import TransformersEngineSettings
 from astuner_backbone_torch.threads import use_threads
@@ -103,6 +104,8 @@ class TransformersEngine:
         # lock (through `changing_weights`) so no batch sees a half-updated model.
         self.weights_lock = threading.Lock()
         self.adapter_names = frozenset(adapters)
+        # Decoding steps on fused, packed weight copies (CPU, Llama-shaped models, no adapters).
+        self.decoder = packed_decoder(model) if self.settings.packed_decoding and not adapters else None
         # Keys and values by the adapter that computed them (None: the model without one).
         self._prefix_stores: dict[str | None, PrefixStore] = {}
         self.batches_run = 0
@@ -226,7 +229,9 @@ class TransformersEngine:
             with self.weights_lock, self._adapter(sampling.adapter):
                 version = self.policy_version
                 store = self._prefix_store(sampling.adapter)
-                running = RunningBatch(self.model, sampler, self.pad_id, store)
+                if self.decoder is not None:
+                    self.decoder.refresh()  # the trainer may have changed the weights since the last batch
+                running = RunningBatch(self.model, sampler, self.pad_id, store, self.decoder)
                 joining = batch
                 while joining or running:
                     if joining:
