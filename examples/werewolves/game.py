@@ -10,8 +10,11 @@ two wolves parity with the three others at once. With these numbers every
 game is decided within two rounds.
 
 The model's replies are free text: a choice is the first valid player name a
-reply mentions, else a fallback drawn from the task's seed, the phase and the
-player, so the same replies always give the same game.
+reply mentions, else a fallback drawn from the run's seed (`run_seed`: the
+task's seed and the run's place in its group), the phase and the player. The
+same replies in the same run always give the same game; the runs of one task
+fall back differently, so a group whose replies are all unusable still plays
+different games.
 """
 
 from __future__ import annotations
@@ -42,8 +45,18 @@ def mentioned(text: str, candidates: Sequence[str]) -> str | None:
     return min(found)[1] if found else None
 
 
+def run_seed(seed: str, run: int) -> str:
+    """The seed of the fallbacks of run `run` (its `repeat_index`) of the task dealt by `seed`.
+
+    Seeded per task alone, every run of a group whose replies name no one would
+    replay the same game with the same rewards: a group with no advantage and
+    no gradient. Seeded per run, the runs differ, and each stays reproducible.
+    """
+    return f"{seed}/run-{run}"
+
+
 def fallback(seed: str, key: str, candidates: Sequence[str]) -> str:
-    """The choice made for a reply that names no candidate: fixed by the task seed and `key`."""
+    """The choice made for a reply that names no candidate: fixed by the run's seed and `key`."""
     return random.Random(f"werewolves:{seed}:{key}").choice(sorted(candidates))
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from astuner import Task, WorkflowOutput
+from astuner import Task, WorkflowOutput, WorkflowTask
 from astuner.config import load_config
 from astuner.record import read_trajectories
 from astuner.rollout.agents import agent_plan
@@ -152,7 +152,13 @@ def test_the_judge_rewards_each_role(example: dict[str, ModuleType]) -> None:
     (killed,) = [e["player"] for e in game.log if e["kind"] == "kill"]  # night 1: one of the village
     villager_votes = [e for e in game.log if e["kind"] == "vote" and DEAL[e["player"]] == "villager"]
     assert len(villager_votes) == (3 if DEAL[killed] == "villager" else 4)  # all on Bob, then Dave
-    expected = {"wolf": -1.0 + 0.1, "seer": 1.0 + 0.1, "villager": 1.0 + 0.1 * len(villager_votes)}
+    # the result, 0.1 per helpful play, 0.2 times the share of the role's choices that named a player:
+    # the wolves name each other on day 1 (valid), Dave no one he may pick later (2 of 4 valid)
+    expected = {
+        "wolf": -1.0 + 0.1 + 0.2 * 2 / 4,
+        "seer": 1.0 + 0.1 + 0.2,
+        "villager": 1.0 + 0.1 * len(villager_votes) + 0.2,
+    }
     assert verdict.reward == pytest.approx(expected)
     assert verdict.metrics["village_won"] == 1.0 and verdict.metrics["rounds"] == 2.0
     assert verdict.metrics["wolves_lynched"] == 2.0
@@ -160,6 +166,90 @@ def test_the_judge_rewards_each_role(example: dict[str, ModuleType]) -> None:
     assert verdict.metrics["invalid_votes"] == 2.0
     lost = example["judge"].role_rewards(DEAL, "wolves", [{"kind": "kill", "player": "Alice"}])
     assert lost == pytest.approx({"wolf": 1.1, "seer": -1.0, "villager": -1.0})
+
+
+def run(example: dict[str, ModuleType], text: str, repeat_index: int) -> tuple[WorkflowOutput, Any]:
+    """Run `repeat_index` of a group on train-0's deal, every player saying `text`: output, verdict."""
+    task = Task(task_id="werewolves-train-0", metadata={"seed": "train-0", "players": dict(DEAL)})
+    workflow_task = WorkflowTask(task=task, group_id="step-1-0", repeat_index=repeat_index)
+    output = asyncio.run(example["workflow"].WerewolvesWorkflow().execute(workflow_task, Scripted(text)))
+    verdict = asyncio.run(example["judge"].WerewolvesJudge().judge(task, output))
+    return output, verdict
+
+
+def test_the_runs_of_one_deal_fall_back_differently(example: dict[str, ModuleType]) -> None:
+    """Replies that name no one: each run of a group plays its own game, the same one every time."""
+    runs = [run(example, "The weather is nice.", index) for index in range(6)]
+    games = [
+        [(e["kind"], e["player"], e["target"]) for e in out.metadata["log"] if "valid" in e]
+        for out, _ in runs
+    ]
+    assert [out.metadata["run"] for out, _ in runs] == list(range(6))
+    assert len({tuple(game) for game in games}) > 1  # the fallbacks differ between the runs
+    rewards = [verdict.reward for _, verdict in runs]
+    assert len({reward["wolf"] for reward in rewards}) > 1  # so the group has an advantage to learn from
+    assert len({reward["seer"] for reward in rewards}) > 1
+    again, _ = run(example, "The weather is nice.", 3)
+    assert again.metadata["log"] == runs[3][0].metadata["log"]  # and each run is reproducible
+    game = example["game"]
+    assert game.run_seed("train-0", 3) != game.run_seed("train-0", 4) != game.run_seed("train-1", 4)
+
+
+def test_a_well_formed_choice_rewards_more_than_a_fallback_and_keeps_the_sign(
+    example: dict[str, ModuleType],
+) -> None:
+    judge = example["judge"]
+    game, won = play(example, "The weather is nice.")
+    fell_back = judge.role_rewards(DEAL, won, game.log)
+    named = judge.role_rewards(DEAL, won, [{**e, "valid": True} if "valid" in e else e for e in game.log])
+    for role in ("wolf", "seer", "villager"):  # the same game, every choice named: WELL_FORMED more
+        assert named[role] == pytest.approx(fell_back[role] + judge.WELL_FORMED)
+    # the most shaping a losing team can get, every choice well formed: its reward stays negative
+    village_lost = [
+        {"kind": "check", "player": "Carol", "target": "Bob", "valid": True},
+        {"kind": "check", "player": "Carol", "target": "Dave", "valid": True},
+        *[{"kind": "vote", "player": v, "target": "Bob", "valid": True} for v in ("Alice", "Erin") * 2],
+    ]
+    lost = judge.role_rewards(DEAL, "wolves", village_lost)
+    assert lost["wolf"] > 0 and lost["seer"] < 0 and lost["villager"] < 0
+    assert lost["villager"] == pytest.approx(-1.0 + 0.4 + judge.WELL_FORMED)
+    wolves_lost = [
+        {"kind": "kill", "player": "Alice"},
+        {"kind": "lynch", "player": "Erin"},
+        {"kind": "kill_vote", "player": "Bob", "target": "Alice", "valid": True},
+    ]
+    lost = judge.role_rewards(DEAL, "village", wolves_lost)
+    assert lost["wolf"] == pytest.approx(-1.0 + 0.2 + judge.WELL_FORMED) and lost["seer"] > 0
+
+
+def test_the_judge_reports_fallbacks_per_role(example: dict[str, ModuleType]) -> None:
+    _, named = run(example, "Bob is a wolf, and so is Dave.", 0)
+    metrics = named.metrics
+    # Bob and Dave name each other on day 1; Dave names no one he may pick at night and on day 2
+    assert metrics["agent/wolf/choices"] == 4.0 and metrics["agent/wolf/fallback_rate"] == 0.5
+    assert metrics["agent/seer/fallback_rate"] == 0.0 and metrics["agent/villager/fallback_rate"] == 0.0
+    assert metrics["agent/seer/choices"] == 3.0  # two day votes and a check
+    assert {"village_won", "rounds", "invalid_votes", "invalid_vote_rate", "wolves_lynched"} <= set(metrics)
+    _, nonsense = run(example, "The weather is nice.", 0)
+    assert {nonsense.metrics[f"agent/{role}/fallback_rate"] for role in ("wolf", "seer", "villager")} == {1.0}
+
+
+def test_a_question_ends_with_the_names_and_a_player_is_heard_by_its_first_line(
+    example: dict[str, ModuleType],
+) -> None:
+    reply = "Bob is a wolf, and so is Dave.  \nI am sure of it, believe me."
+    game, _ = play(example, reply)
+    memory = {name: asyncio.run(agent.memory.get_memory()) for name, agent in game.agents.items()}
+    # Alice (villager) is asked to vote among the living others, Bob (wolf) at night among the prey
+    asked = [m.get_text_content() for m in memory["Alice"] if m.name == "Moderator"]
+    assert "Vote: whom do you lynch? Answer with one name: Bob, Carol, Dave, Erin." in asked
+    night = [m.get_text_content() for m in memory["Dave"] if "kill?" in m.get_text_content()]
+    assert night and night[0].endswith("Answer with one name: Alice, Carol, Erin.")
+    # everyone, the speaker too, remembers the first line of a reply; the log keeps it whole
+    said = {m.get_text_content() for name in DEAL for m in memory[name] if m.name in DEAL}
+    assert said == {"Bob is a wolf, and so is Dave."}
+    assert {e["text"] for e in game.log if "text" in e} == {reply}
+    assert example["workflow"].heard("x" * 500) == "x" * example["workflow"].LINE_CHARS
 
 
 def test_debug_run_tags_calls_by_role_and_rewards_each(tiny_model_dir: Path, tmp_path: Path) -> None:
