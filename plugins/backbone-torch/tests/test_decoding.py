@@ -141,3 +141,30 @@ def test_sampling_follows_the_distribution_and_never_picks_a_filtered_token() ->
     counts = torch.bincount(tokens, minlength=7).float() / 40_000
     assert counts[1] == 0 and counts[6] == 0
     assert torch.allclose(counts, weights / weights.sum(), atol=0.01)
+
+
+def test_sampling_across_blocks_follows_the_distribution() -> None:
+    """A vocabulary of several `_BLOCK`-sized blocks and a tail, with whole blocks of zeros: the two-level
+    draw keeps every token's frequency and never picks a zero."""
+    from astuner_backbone_torch.decoding import _BLOCK, inverse_cdf_sample
+
+    torch.manual_seed(1)
+    vocab = 3 * _BLOCK + 37
+    weights = torch.rand(vocab) ** 4
+    weights[_BLOCK : 2 * _BLOCK] = 0  # a whole block of zeros
+    weights[::5] = 0
+    weights[vocab - 3] = 4.0  # a likely token in the tail
+    tokens = inverse_cdf_sample(weights.expand(200_000, -1).contiguous())
+    counts = torch.bincount(tokens, minlength=vocab).float() / 200_000
+    assert counts[weights == 0].sum() == 0
+    assert torch.allclose(counts, weights / weights.sum(), atol=0.004)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_unfiltered_and_greedy_logprobs_are_the_log_softmax(temperature: float) -> None:
+    logits = torch.randn(6, 1000) * 4
+    expected = torch.log_softmax(logits / temperature, -1)
+    for sampler in (Sampler(temperature=temperature), Sampler(greedy=True)):
+        tokens, logprobs = sampler.pick(logits)
+        want = expected if not sampler.greedy else torch.log_softmax(logits, -1)
+        assert torch.allclose(logprobs, want.gather(1, tokens[:, None])[:, 0], atol=1e-5)

@@ -47,13 +47,11 @@ class Sampler:
             tokens = scaled.argmax(dim=-1)
             return tokens, scaled.gather(1, tokens[:, None])[:, 0] - torch.logsumexp(scaled, dim=-1)
         if self.top_p >= 1.0 and not 0 < self.top_k < scaled.shape[-1]:
-            # Unfiltered (RL's sampling): one exponential and one cumulative sum over the vocabulary
-            # give both the draw and the log-normaliser, where log_softmax then exp took two more passes.
+            # Unfiltered (RL's sampling): one exponential over the vocabulary gives both the draw and
+            # the log-normaliser, where log_softmax then exp took two more passes.
             top = scaled.amax(dim=-1, keepdim=True)
-            weights = (scaled - top).exp_()
-            cdf = weights.cumsum(dim=-1)
-            tokens = _inverse_cdf(cdf, weights)
-            logprobs = scaled.gather(1, tokens[:, None])[:, 0] - top[:, 0] - cdf[:, -1].log()
+            tokens, total = _inverse_cdf((scaled - top).exp_())
+            logprobs = scaled.gather(1, tokens[:, None])[:, 0] - top[:, 0] - total.log()
             return tokens, logprobs
         logprobs = torch.log_softmax(scaled, dim=-1)
         tokens = inverse_cdf_sample(filtered_probs(logprobs, self.top_p, self.top_k))
@@ -67,17 +65,39 @@ def inverse_cdf_sample(probs: torch.Tensor) -> torch.Tensor:
     of a 115 ms decoding step for 32 rows of SmolLM2's 49k tokens; this takes about 1 ms. A token
     of probability 0 is never picked (its cumulative sum equals its predecessor's).
     """
-    return _inverse_cdf(probs.cumsum(dim=-1), probs)
+    return _inverse_cdf(probs)[0]
 
 
-def _inverse_cdf(cdf: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
-    """`inverse_cdf_sample` given the cumulative sums `cdf` `(B, V)` of `probs`."""
-    draw = torch.rand(probs.shape[0], 1, dtype=cdf.dtype, device=cdf.device) * cdf[:, -1:]
-    tokens = torch.searchsorted(cdf, draw, right=True)[:, 0]
-    beyond = tokens >= probs.shape[-1]
-    if bool(beyond.any()):  # float rounding put a draw at the very top: the most likely token then
-        tokens = torch.where(beyond, probs.argmax(dim=-1), tokens)
-    return tokens
+# Vocabulary entries per block of the two-level inverse CDF.
+_BLOCK = 256
+
+
+def _inverse_cdf(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`inverse_cdf_sample`'s tokens `(B,)`, and each row's total probability `(B,)`.
+
+    Two levels, as a cumulative sum over the whole vocabulary is sequential
+    per row (3 ms of a step for 32 x 49k): the draw picks a block of `_BLOCK`
+    entries from the blocks' cumulative sums, then an entry inside it from
+    that block's own. Exact inverse-CDF sampling, up to float rounding.
+    """
+    rows, vocab = probs.shape
+    whole = vocab - vocab % _BLOCK
+    sums = probs[:, :whole].reshape(rows, -1, _BLOCK).sum(-1)
+    if whole < vocab:
+        sums = torch.cat([sums, probs[:, whole:].sum(-1, keepdim=True)], dim=1)
+    cdf = sums.cumsum(dim=-1)
+    total = cdf[:, -1]
+    draw = torch.rand(rows, 1, dtype=cdf.dtype, device=cdf.device) * total[:, None]
+    block = torch.searchsorted(cdf, draw, right=True).clamp(max=cdf.shape[1] - 1)  # (B, 1)
+    before = torch.where(block > 0, cdf.gather(1, (block - 1).clamp(min=0)), 0.0)
+    columns = block * _BLOCK + torch.arange(_BLOCK, device=probs.device)  # (B, _BLOCK)
+    inside = probs.gather(1, columns.clamp(max=vocab - 1)) * (columns < vocab)
+    offset = torch.searchsorted(inside.cumsum(dim=-1), draw - before, right=True)
+    tokens = (block * _BLOCK + offset)[:, 0]
+    beyond = (offset[:, 0] >= _BLOCK) | (tokens >= vocab)
+    if bool(beyond.any()):  # float rounding put a draw past its block's end: the block's likeliest then
+        tokens = torch.where(beyond, block[:, 0] * _BLOCK + inside.argmax(dim=-1), tokens)
+    return tokens, total
 
 
 def filtered_probs(logprobs: torch.Tensor, top_p: float, top_k: int) -> torch.Tensor:
