@@ -1,13 +1,20 @@
 """The rules of the werewolves game, as pure functions, and the reader that deals the roles.
 
 Five players: two wolves, one seer, two villagers. A round is a day (every
-living player says one line, then everyone votes; the most votes lynch,
-a tie lynches no one) and a night (the wolves pick a victim, the seer
+living player says one line, then everyone votes; the most votes lynch, a
+tie is broken by lot) and a night (the wolves pick a victim, the seer
 learns one player's role). The village wins when both wolves are dead, the
 wolves when they are at least as many as the others; the winner is checked
-after every phase. The game opens with a day: a night kill first would give
-two wolves parity with the three others at once. With these numbers every
-game is decided within two rounds.
+after every phase. The game opens with night 0, in which only the seer
+checks a player (a night kill first would give two wolves parity with the
+three others at once), then day 1. With these numbers every game is decided
+within two rounds.
+
+Two choices in this game are the measurement's, not tradition's: a tied
+lynch vote lynching no one handed the wolves nearly every game (a tie on
+day 1 means parity after the night: the village won 7% of games played at
+random, 14% with the lot), and without night 0 the seer learned nothing
+before the only vote of most games.
 
 The model's replies are free text: a choice is the first valid player name a
 reply mentions, else a fallback drawn from the run's seed (`run_seed`: the

@@ -12,8 +12,8 @@ two small shapings, at most 0.6 in all, so the sign is always the result and
   choices (day votes, wolf picks, seer checks) whose reply named a player it
   may pick rather than falling back (game.choose). When every run of a deal
   ends the same way, this is what still tells the runs apart: the run whose
-  replies were usable gets the higher reward, so a small model learns to
-  answer with a name before it learns to win.
+  replies were usable gets the higher reward, so a small model can learn to
+  answer with a name while it cannot yet win.
 
 Both wolves share the `wolf` reward, both villagers the `villager` one: the
 learner is the role. `is_success` is the village's win.

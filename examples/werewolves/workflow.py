@@ -38,6 +38,7 @@ from astuner import ModelTuner, Workflow, WorkflowOutput, WorkflowTask
 RULES = """You are {name}, a {role} in a game of werewolves with {others}.
 Two wolves hide among the five players. Each day everyone speaks, then votes to lynch one player.
 Each night the wolves kill one player and the seer learns one player's role.
+The game opens with night 0: only the seer acts.
 The village wins when both wolves are dead; the wolves win when they are as many as the others.
 {goal}"""
 
@@ -144,12 +145,14 @@ class Game:
         votes = await asyncio.gather(*ballots)
         self.log.extend(votes)
         top = most_votes({vote["player"]: vote["target"] for vote in votes})
-        if len(top) == 1:
-            self.die("lynch", top[0])
-            news = f"{top[0]} is lynched. {top[0]} was a {self.roles[top[0]]}."
-        else:
-            news = f"The vote is tied between {' and '.join(top)}: nobody is lynched."
-        await self.tell(self.alive, news)
+        lynched = top[0] if len(top) == 1 else fallback(self.fallback_seed, f"{self.round}:lynch", top)
+        self.die("lynch", lynched)
+        tie = (
+            f"The vote is tied between {' and '.join(top)}; the lot falls on {lynched}. "
+            if len(top) > 1
+            else ""
+        )
+        await self.tell(self.alive, f"{tie}{lynched} is lynched. {lynched} was a {self.roles[lynched]}.")
 
     async def night(self) -> None:
         wolves = [p for p in self.alive if self.roles[p] == "wolf"]
@@ -157,8 +160,15 @@ class Game:
         await self.tell(wolves, ask(f"Night {self.round}. Wolves, whom do you kill?", prey))
         picks = [await self.pick("kill_vote", wolf, prey, wolves) for wolf in wolves]
         self.log.extend(picks)
-        seer = [p for p in self.alive if self.roles[p] == "seer"]
-        for name in seer:
+        await self.see()
+        top = most_votes({pick["player"]: pick["target"] for pick in picks})
+        victim = top[0] if len(top) == 1 else fallback(self.fallback_seed, f"{self.round}:kill", top)
+        self.die("kill", victim)
+        await self.tell(self.alive, f"Night {self.round} is over. {victim} was killed by the wolves.")
+
+    async def see(self) -> None:
+        """The seer, if alive, checks a player and learns (alone) whether it is a wolf."""
+        for name in [p for p in self.alive if self.roles[p] == "seer"]:
             others = [p for p in self.alive if p != name]
             await self.tell([name], ask(f"Night {self.round}. Seer, whom do you check?", others))
             check = await self.pick("check", name, others, ())
@@ -166,12 +176,9 @@ class Game:
             checked = check["target"]
             verdict = "a wolf" if self.roles[checked] == "wolf" else "not a wolf"
             await self.tell([name], f"{checked} is {verdict}.")
-        top = most_votes({pick["player"]: pick["target"] for pick in picks})
-        victim = top[0] if len(top) == 1 else fallback(self.fallback_seed, f"{self.round}:kill", top)
-        self.die("kill", victim)
-        await self.tell(self.alive, f"Night {self.round} is over. {victim} was killed by the wolves.")
 
     async def play(self) -> str:
+        await self.see()  # night 0: the seer's first check, no kill, so day 1 can use what it learned
         while True:
             self.round += 1
             for phase in (self.day, self.night):

@@ -127,8 +127,8 @@ def test_a_village_that_names_the_wolves_lynches_both(example: dict[str, ModuleT
     assert won == "village" and game.round == 2
     deaths = [(e["kind"], e["player"]) for e in game.log if e["kind"] in ("kill", "lynch")]
     assert deaths[0] == ("lynch", "Bob") and deaths[-1] == ("lynch", "Dave")
-    (check,) = [e for e in game.log if e["kind"] == "check"]
-    assert check["player"] == "Carol" and check["target"] in ("Bob", "Dave")
+    checks = [(e["round"], e["player"], e["target"]) for e in game.log if e["kind"] == "check"]
+    assert checks == [(0, "Carol", "Bob"), (1, "Carol", "Dave")]  # night 0, before day 1, and night 1
     seer_memory = asyncio.run(game.agents["Carol"].memory.get_memory())
     assert any(m.name == "Moderator" and "is a wolf." in m.get_text_content() for m in seer_memory)
     wolf_picks = [e for e in game.log if e["kind"] == "kill_vote"]
@@ -153,10 +153,11 @@ def test_the_judge_rewards_each_role(example: dict[str, ModuleType]) -> None:
     villager_votes = [e for e in game.log if e["kind"] == "vote" and DEAL[e["player"]] == "villager"]
     assert len(villager_votes) == (3 if DEAL[killed] == "villager" else 4)  # all on Bob, then Dave
     # the result, 0.1 per helpful play, 0.2 times the share of the role's choices that named a player:
-    # the wolves name each other on day 1 (valid), Dave no one he may pick later (2 of 4 valid)
+    # the wolves name each other on day 1 (valid), Dave no one he may pick later (2 of 4 valid);
+    # the seer checks both wolves, on night 0 and night 1
     expected = {
         "wolf": -1.0 + 0.1 + 0.2 * 2 / 4,
-        "seer": 1.0 + 0.1 + 0.2,
+        "seer": 1.0 + 0.2 + 0.2,
         "villager": 1.0 + 0.1 * len(villager_votes) + 0.2,
     }
     assert verdict.reward == pytest.approx(expected)
@@ -195,6 +196,20 @@ def test_the_runs_of_one_deal_fall_back_differently(example: dict[str, ModuleTyp
     assert game.run_seed("train-0", 3) != game.run_seed("train-0", 4) != game.run_seed("train-1", 4)
 
 
+def test_every_day_lynches_and_the_seer_checks_before_day_one(example: dict[str, ModuleType]) -> None:
+    """A tie is broken by lot (a tie lynching no one gave the wolves parity after the night)."""
+    tied_days = 0
+    for index in range(6):
+        output, _ = run(example, "The weather is nice.", index)
+        log, rounds = output.metadata["log"], output.metadata["rounds"]
+        assert [e["round"] for e in log if e["kind"] == "lynch"] == list(range(1, rounds + 1))
+        assert log[0]["kind"] == "check" and log[0]["round"] == 0
+        for day in range(1, rounds + 1):
+            votes = {e["player"]: e["target"] for e in log if e["kind"] == "vote" and e["round"] == day}
+            tied_days += len(example["game"].most_votes(votes)) > 1
+    assert tied_days  # the lot was drawn
+
+
 def test_a_well_formed_choice_rewards_more_than_a_fallback_and_keeps_the_sign(
     example: dict[str, ModuleType],
 ) -> None:
@@ -228,7 +243,7 @@ def test_the_judge_reports_fallbacks_per_role(example: dict[str, ModuleType]) ->
     # Bob and Dave name each other on day 1; Dave names no one he may pick at night and on day 2
     assert metrics["agent/wolf/choices"] == 4.0 and metrics["agent/wolf/fallback_rate"] == 0.5
     assert metrics["agent/seer/fallback_rate"] == 0.0 and metrics["agent/villager/fallback_rate"] == 0.0
-    assert metrics["agent/seer/choices"] == 3.0  # two day votes and a check
+    assert metrics["agent/seer/choices"] == 4.0  # two checks and two day votes
     assert {"village_won", "rounds", "invalid_votes", "invalid_vote_rate", "wolves_lynched"} <= set(metrics)
     _, nonsense = run(example, "The weather is nice.", 0)
     assert {nonsense.metrics[f"agent/{role}/fallback_rate"] for role in ("wolf", "seer", "villager")} == {1.0}
