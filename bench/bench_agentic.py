@@ -125,7 +125,7 @@ def finish(process: subprocess.Popen[str], what: str, log: Path) -> tuple[str, f
 
 def line_value(output: str, label: str) -> str:
     """The value after `label` on the first output line that starts with it."""
-    for line in output.splitlines():
+    for line in map(str.strip, output.splitlines()):  # closing lines are indented
         if line.startswith(label):
             return line[len(label) :].split("   ")[0].strip()
     raise SystemExit(f"no '{label}' line in:\n{output[-2000:]}")

