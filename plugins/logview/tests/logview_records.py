@@ -297,18 +297,22 @@ def write_werewolf_run(root: Path, source: Path) -> Path:
 
 def write_werewolf_metrics(run: Path, steps: int = 3) -> list[dict[str, float]]:
     """`run/metrics.jsonl`: `steps` training steps scored as training scores them
-    (`rollout_metrics`) over the `GAMES`, whose judge reports a per-agent share
-    (`agent/<agent>/fallback_share`, falling step by step) and `village_won`."""
+    (`rollout_metrics`) over the `GAMES`, whose judge reports per agent a share
+    (`agent/<agent>/fallback_share`, falling step by step) and a count
+    (`agent/<agent>/choices`), and `village_won`; the last step validates too."""
     rows = []
     for step in range(1, steps + 1):
         games = []
         for k, (group, rewards) in enumerate(GAMES):
             game = werewolf_trajectory(k, group, rewards)
-            game.metrics.update(
-                {f"agent/{agent}/fallback_share": (k % 2 + 1) / (2 * step) for agent in rewards}
-            )
+            for agent in rewards:
+                game.metrics[f"agent/{agent}/fallback_share"] = (k % 2 + 1) / (2 * step)
+                game.metrics[f"agent/{agent}/choices"] = 2.0
             game.metrics["village_won"] = float(rewards["seer"] > 0.5)
             games.append(game)
-        rows.append({"step": step, **rollout_metrics(games, "train")})
+        row = {"step": step, **rollout_metrics(games, "train")}
+        if step == steps:
+            row.update(rollout_metrics(games[:1], "val"))
+        rows.append(row)
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return rows

@@ -97,18 +97,19 @@ def test_each_agents_metrics_come_as_a_chart_section_of_its_own(
     rows = write_werewolf_metrics(run)
     answer = get(serve(tmp_path), "/api/metrics", run=RUN)
     assert answer["rows"] == rows
-    groups: dict[str, list[str]] = {}
+    groups: dict[str, dict[str, None]] = {}
     for metric in answer["metrics"]:
-        groups.setdefault(metric["group"], []).append(metric["label"])
+        groups.setdefault(metric["group"], {})[metric["label"]] = None
     assert [g for g in groups if g.startswith("agent")] == ["agent: seer", "agent: villager", "agent: wolf"]
-    assert groups["agent: wolf"] == [
+    assert list(groups["agent: wolf"]) == [
         "wolf: mean judge reward",
         "wolf: win rate",
         "wolf: model calls per episode",
         "wolf: response tokens per episode",
+        "wolf: choices",
         "wolf: fallback_share",
     ]
-    assert groups["judge"] == ["village_won"]
+    assert list(groups["judge"]) == ["village_won"]
     by_key = {m["key"]: m for m in answer["metrics"]}
     share = by_key["train/agent/seer/judge/fallback_share"]
     assert (share["pattern"], share["split"]) == ("{split}/agent/{name}/judge/{metric}", "train")

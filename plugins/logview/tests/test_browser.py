@@ -191,15 +191,21 @@ def test_each_agent_has_a_chart_section_with_its_judge_metrics(
     titles = page.locator(".chart-group h4").all_inner_texts()
     assert [t for t in titles if t.startswith("agent")] == ["agent: seer", "agent: villager", "agent: wolf"]
     wolf = page.locator(".chart-group[data-group='agent: wolf'] .chart")
+    # Each metric's splits side by side, the judge's numbers of the wolf too (one declaration names them).
+    names = (
+        "reward_mean",
+        "win_rate",
+        "calls_mean",
+        "response_tokens_mean",
+        "judge/choices",
+        "judge/fallback_share",
+    )
     assert wolf.evaluate_all("charts => charts.map(c => c.dataset.key)") == [
-        "train/agent/wolf/reward_mean",
-        "train/agent/wolf/win_rate",
-        "train/agent/wolf/calls_mean",
-        "train/agent/wolf/response_tokens_mean",
-        "train/agent/wolf/judge/fallback_share",
+        f"{split}/agent/wolf/{name}" for name in names for split in ("train", "val")
     ]
-    assert wolf.last.locator("figcaption span").first.inner_text() == "wolf: fallback_share (last 0.2222)"
-    assert page.locator(".chart-group[data-group=judge] .chart").count() == 1  # village_won alone
+    share = wolf.nth(-2).locator("figcaption span").first
+    assert share.inner_text() == "wolf: fallback_share (last 0.2222)"
+    assert page.locator(".chart-group[data-group=judge] .chart").count() == 2  # village_won, train and val
     # The seer's two calls a game, the same every step: a flat line mid-height between two ticks.
     calls = page.locator(".chart[data-key='train/agent/seer/calls_mean'] svg")
     assert calls.locator(".tick").all_text_contents()[:2] == ["2.200", "1.800"]

@@ -77,17 +77,22 @@ async function showStep(step) {
 
 function groupCharts(series, declarations) {
   const meta = new Map(declarations.map((d) => [d.key, d]));
+  // group -> label -> keys: the splits of one metric side by side (train, then validation), also
+  // where one declaration names several metrics (an agent's judge numbers, `agent: wolf`).
   const groups = new Map();
-  const place = (group, key) => {
-    if (!groups.has(group)) groups.set(group, []);
-    groups.get(group).push(key);
+  const place = (group, label, key) => {
+    if (!groups.has(group)) groups.set(group, new Map());
+    const labels = groups.get(group);
+    if (!labels.has(label)) labels.set(label, []);
+    labels.get(label).push(key);
   };
-  for (const d of declarations) if (series.has(d.key)) place(d.group || "other", d.key);
-  for (const key of series.keys()) if (!meta.has(key)) place("other", key);
-  return [...groups.entries()].map(([group, keys]) =>
+  for (const d of declarations) if (series.has(d.key)) place(d.group || "other", d.label, d.key);
+  for (const key of series.keys()) if (!meta.has(key)) place("other", key, key);
+  return [...groups.entries()].map(([group, labels]) =>
     el("section", { class: "chart-group", data: { group } },
       el("h4", { text: GROUP_TITLES[group] || group }),
-      el("div", { class: "charts" }, keys.map((key) => chart(key, series.get(key), meta.get(key))))));
+      el("div", { class: "charts" },
+        [...labels.values()].flat().map((key) => chart(key, series.get(key), meta.get(key))))));
 }
 
 function healthLine(h) {
