@@ -129,3 +129,22 @@ def test_the_engine_setting_turns_it_off(tiny_model_dir: Path) -> None:
     engine = TransformersEngine(model, TransformersEngineSettings(packed_decoding=False))
     assert engine.decoder is None
     asyncio.run(engine.aclose())
+
+
+def test_weights_replaced_under_the_same_parameters_are_repacked() -> None:
+    """`.to(dtype)` and `.data = ...` give a parameter new storage without moving its version counter:
+    the copies follow them, and a dtype the packed path does not run turns it off."""
+    model = _llama()
+    decoder = packed_decoder(model)
+    assert decoder is not None and decoder.refresh()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.data = parameter.data * 1.5
+    assert decoder.refresh()
+    assert torch.allclose(_step_logits(model, decoder), _step_logits(model, None), atol=1e-4, rtol=1e-4)
+    model.to(torch.bfloat16)
+    assert decoder.refresh()
+    got, expected = _step_logits(model, decoder), _step_logits(model, None)
+    assert torch.equal(got.argmax(-1), expected.argmax(-1))
+    model.to(torch.float16)
+    assert not decoder.refresh()

@@ -229,9 +229,9 @@ class TransformersEngine:
             with self.weights_lock, self._adapter(sampling.adapter):
                 version = self.policy_version
                 store = self._prefix_store(sampling.adapter)
-                if self.decoder is not None:
-                    self.decoder.refresh()  # the trainer may have changed the weights since the last batch
-                running = RunningBatch(self.model, sampler, self.pad_id, store, self.decoder)
+                # the trainer may have changed the weights since the last batch (refreshed copies)
+                decoder = self.decoder if self.decoder is not None and self.decoder.refresh() else None
+                running = RunningBatch(self.model, sampler, self.pad_id, store, decoder)
                 joining = batch
                 while joining or running:
                     if joining:

@@ -53,8 +53,7 @@ def packed_decoder(model: Any) -> PackedDecoder | None:
     head = getattr(model, "lm_head", None)
     if body is None or not isinstance(head, torch.nn.Linear) or not hasattr(body, "rotary_emb"):
         return None
-    weight = head.weight
-    if weight.device.type != "cpu" or weight.dtype not in (torch.float32, torch.bfloat16):
+    if not _runs_on(head.weight):
         return None
     for layer in body.layers:
         attention, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
@@ -68,6 +67,11 @@ def packed_decoder(model: Any) -> PackedDecoder | None:
         if not all(hasattr(norm, "variance_epsilon") and hasattr(norm, "weight") for norm in norms):
             return None
     return PackedDecoder(model)
+
+
+def _runs_on(weight: torch.Tensor) -> bool:
+    """Whether weights like `weight` are ones the packed path computes with: on a CPU, float32 or bfloat16."""
+    return weight.device.type == "cpu" and weight.dtype in (torch.float32, torch.bfloat16)
 
 
 def _linears(module: Any, *names: str) -> bool:
@@ -106,17 +110,27 @@ class PackedDecoder:
         self._packs = _can_pack()
 
     @torch.inference_mode()
-    def refresh(self) -> None:
-        """Rebuild the packed copies if any weight changed (or was replaced) since they were made."""
-        versions = tuple((id(p), p._version) for p in self.model.parameters())
+    def refresh(self) -> bool:
+        """Rebuild the packed copies if any weight changed since they were made; whether the model
+        still runs here (False, copies dropped, once `.to` moved it off the CPU or to another dtype).
+
+        A weight changes in place (its version counter moves: optimizer steps, `copy_`,
+        `load_state_dict`) or is replaced under the same parameter (`.to(dtype)`, `.data = ...`:
+        its storage moves, the counter does not).
+        """
+        if not _runs_on(self.model.lm_head.weight):
+            self._layers, self._head, self._versions = [], None, None
+            return False
+        versions = tuple((id(p), p._version, p.data_ptr()) for p in self.model.parameters())
         if versions == self._versions:
-            return
+            return True
         self._layers = []  # the old copies go before the new ones are made: one extra copy at most
         self._head = None
         body = self.model.model
         self._layers = [_Layer(layer, self._pack) for layer in body.layers]
         self._head = self._pack(self.model.lm_head.weight)
         self._versions = versions
+        return True
 
     def _pack(self, weight: torch.Tensor) -> torch.Tensor:
         """`weight` in oneDNN's layout (a new tensor); as it is where this torch cannot pack."""
