@@ -42,6 +42,7 @@ same way from its completions. One difference is TRL's by design: its `max_compl
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -215,21 +216,17 @@ def trl_steps(out: Path) -> list[dict[str, float]]:
 def while_both_ran(
     ours: list[dict[str, float]], theirs: list[dict[str, float]]
 ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
-    """The first n steps of each side, n being how many steps the slower side finished while the
-    faster one still ran (both start together).
+    """The first n steps of each side, n being how many steps both sides finished before the first
+    to stop did (both start together; at least one).
 
     Steps run alone afterwards see a quieter machine, and a step's work depends on how far training
     has come (a trained policy writes shorter episodes), so only the same steps, run side by side,
-    compare fairly.
+    compare fairly. The side that stops first is not always the slower one: TRL may run fewer steps
+    (`--trl-steps`).
     """
-    end = min(sum(r["step_s"] for r in ours), sum(r["step_s"] for r in theirs))
-    slower = max(ours, theirs, key=lambda rows: sum(r["step_s"] for r in rows))
-    done, n = 0.0, 0
-    for row in slower:
-        done += row["step_s"]
-        if done > end and n:
-            break
-        n += 1
+    ends = [list(itertools.accumulate(r["step_s"] for r in rows)) for rows in (ours, theirs)]
+    end = min(side[-1] for side in ends)  # when the first side stopped
+    n = max(1, min(sum(1 for t in side if t <= end) for side in ends))
     return ours[:n], theirs[:n]
 
 
