@@ -174,14 +174,20 @@ def step_order(conf: Path, steps: int) -> list[list[tuple[str, str]]]:
     return [[(t.main_query, t.metadata["answer"]) for t in stream.next_batch()] for _ in range(steps)]
 
 
-def update_in_bf16(model_dir: Path) -> bool:
-    """Whether astuner's `train_dtype: auto` picks bfloat16 for `model_dir` here (its cached probe)."""
+def update_in_bf16(model_dir: Path, threads: int) -> bool:
+    """Whether astuner's `train_dtype: auto` picks bfloat16 for `model_dir` here with `threads` torch
+    threads (its cached probe, whose verdict is per thread count: the run's, not this process's)."""
     import torch
     from astuner_backbone_torch.dtype_probe import fastest_cpu_train_dtype
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    return fastest_cpu_train_dtype(model) == torch.bfloat16
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return fastest_cpu_train_dtype(model) == torch.bfloat16
+    finally:
+        torch.set_num_threads(before)
 
 
 def astuner_steps(run: Path, steps: int) -> list[dict[str, float]]:
@@ -345,7 +351,7 @@ def main() -> None:
     sft = astuner("sft", "--conf", str(conf), "--from", str(demos), threads=2, log=work / "sft.log")
     warm = Path(line_value(finish(sft, "astuner sft", work / "sft.log")[0], "checkpoint:"))
     evals["warm start"] = evaluate(conf, warm, args, work, "warm")
-    bf16 = args.dtype == "auto" and update_in_bf16(warm)
+    bf16 = args.dtype == "auto" and update_in_bf16(warm, args.threads)
     print(f"warm start ({warm}): {evals['warm start']}", flush=True)
 
     tasks = work / "tasks.json"
