@@ -14,9 +14,10 @@ model's forward up to float rounding (a few units in the last place in
 bfloat16: the fused matmuls add in another order).
 
 The copies cost memory (the model's weights once more, in its dtype) and
-must follow the weights: `refresh` repacks whatever changed since it last
-looked (every parameter's in-place version counter), and the engine calls
-it before every batch. Only models whose forward is exactly this
+must follow the weights: `refresh` repacks them all when any weight changed
+since it last looked (a parameter's version counter or storage moved), and
+the engine calls it before every batch, decoding through the model's own
+forward once `.to` took the model off the CPU or to float16. Only models whose forward is exactly this
 computation are taken (`packed_decoder` says None otherwise): Llama, Mistral
 without a sliding window and Qwen2 families, plain (no PEFT adapters), on a CPU.
 """
