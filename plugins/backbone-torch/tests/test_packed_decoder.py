@@ -148,3 +148,29 @@ def test_weights_replaced_under_the_same_parameters_are_repacked() -> None:
     assert torch.equal(got.argmax(-1), expected.argmax(-1))
     model.to(torch.float16)
     assert not decoder.refresh()
+
+
+def test_weights_changed_under_changing_weights_are_repacked_even_unseen(tiny_model_dir: Path) -> None:
+    """A change the version counters miss (a write through `.data`, as a fused optimizer's) made
+    under the engine's `changing_weights` still reaches the next batch."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    packed = TransformersEngine(model, TransformersEngineSettings(prefix_cache_tokens=0))
+    plain = TransformersEngine(
+        model, TransformersEngineSettings(prefix_cache_tokens=0, packed_decoding=False)
+    )
+    prompt, greedy = [5, 17, 42, 8], SamplingParams(temperature=0.0, max_tokens=6)
+
+    async def go() -> tuple[list[float], list[float]]:
+        await packed.generate(prompt, greedy)  # packs the weights as they are now
+        with packed.changing_weights():
+            for parameter in model.parameters():
+                if parameter.dim() > 1:
+                    parameter.data.mul_(3)
+        got = (await packed.generate(prompt, greedy)).logprobs
+        expected = (await plain.generate(prompt, greedy)).logprobs
+        await packed.aclose()
+        await plain.aclose()
+        return got, expected
+
+    got, expected = asyncio.run(go())
+    assert torch.allclose(torch.tensor(got), torch.tensor(expected), atol=1e-4)

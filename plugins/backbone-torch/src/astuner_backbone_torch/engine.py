@@ -144,13 +144,16 @@ class TransformersEngine:
 
     @contextlib.contextmanager
     def changing_weights(self) -> Iterator[None]:
-        """Hold generation off while the weights change; stored keys and values are stale after."""
+        """Hold generation off while the weights change; stored keys and values, and the packed
+        decoder's weight copies, are stale after."""
         with self.weights_lock:
             try:
                 yield
             finally:
                 for store in self._prefix_stores.values():
                     store.clear()
+                if self.decoder is not None:
+                    self.decoder.invalidate()
 
     async def weights_updated(self, version: int) -> None:
         """The trainer changed the weights in place (they are shared): later batches are `version`."""

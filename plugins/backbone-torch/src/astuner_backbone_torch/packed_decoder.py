@@ -133,6 +133,11 @@ class PackedDecoder:
         self._versions = versions
         return True
 
+    def invalidate(self) -> None:
+        """Repack at the next `refresh` whatever the version counters say: writes through `.data`
+        and fused optimizers (AdamW's `fused=True`) change weights without moving them."""
+        self._versions = None
+
     def _pack(self, weight: torch.Tensor) -> torch.Tensor:
         """`weight` in oneDNN's layout (a new tensor); as it is where this torch cannot pack."""
         weight = weight.detach()
