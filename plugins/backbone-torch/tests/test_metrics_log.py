@@ -42,8 +42,10 @@ def test_tensorboard_charts_are_laid_out_by_the_declarations(tmp_path: Path) -> 
     events.Reload()
     written = events.Tensors("custom_scalars__config__")
     layout = layout_pb2.Layout.FromString(written[-1].tensor_proto.string_val[0])
+    tags = [tag for category in layout.category for chart in category.chart for tag in chart.multiline.tag]
+    assert all(tag.endswith("$") for tag in tags), "a tag must not also match longer names"
     charts = {
-        category.title: {chart.title: list(chart.multiline.tag) for chart in category.chart}
+        category.title: {chart.title: [tag[:-1] for tag in chart.multiline.tag] for chart in category.chart}
         for category in layout.category
     }
     assert charts == {
@@ -77,8 +79,10 @@ def test_tensorboard_has_a_section_per_agent_with_its_judge_metrics(tmp_path: Pa
     events.Reload()
     written = events.Tensors("custom_scalars__config__")
     layout = layout_pb2.Layout.FromString(written[-1].tensor_proto.string_val[0])
+    tags = [tag for category in layout.category for chart in category.chart for tag in chart.multiline.tag]
+    assert all(tag.endswith("$") for tag in tags), "a tag must not also match longer names"
     charts = {
-        category.title: {chart.title: list(chart.multiline.tag) for chart in category.chart}
+        category.title: {chart.title: [tag[:-1] for tag in chart.multiline.tag] for chart in category.chart}
         for category in layout.category
     }
     assert list(charts) == ["agent: wolf", "agent: seer", "judge"]

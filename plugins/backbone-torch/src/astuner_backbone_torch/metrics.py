@@ -82,8 +82,12 @@ class MetricsLog:
         layout = chart_layout(self._keys, self.catalog)
         if layout != self._layout:
             self._layout = layout
+            # a chart's tags are regular expressions matched at the start of a name: anchored at the end
+            # too, `train/judge/x` does not also draw `train/judge/x_share`
             charts = {
-                group: {title: ["Multiline", [re.escape(k) for k in keys]] for title, keys in titles.items()}
+                group: {
+                    title: ["Multiline", [f"{re.escape(k)}$" for k in keys]] for title, keys in titles.items()
+                }
                 for group, titles in layout.items()
             }
             self.writer.add_custom_scalars(charts)
