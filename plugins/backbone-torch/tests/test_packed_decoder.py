@@ -174,3 +174,17 @@ def test_weights_changed_under_changing_weights_are_repacked_even_unseen(tiny_mo
 
     got, expected = asyncio.run(go())
     assert torch.allclose(torch.tensor(got), torch.tensor(expected), atol=1e-4)
+
+
+def test_a_model_copied_under_inference_mode_decodes_on_it() -> None:
+    """Weights made under `torch.inference_mode` (the dtype probe's bfloat16 copy) keep no version
+    counter; the decoder still packs them and gives the model's logits."""
+    import copy
+
+    model = _llama()
+    with torch.inference_mode():
+        copied = copy.deepcopy(model)
+        decoder = packed_decoder(copied)
+        assert decoder is not None
+        got = _step_logits(copied, decoder)
+    assert torch.allclose(got, _step_logits(model, None), atol=1e-4, rtol=1e-4)

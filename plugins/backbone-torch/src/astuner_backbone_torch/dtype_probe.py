@@ -34,6 +34,7 @@ import torch
 from astuner.api import get_logger
 from astuner.training import cache_dir
 from astuner_backbone_torch.decoding import RunningBatch, Sampler
+from astuner_backbone_torch.packed_decoder import packed_decoder
 
 PROBE_ROWS = 32
 PROBE_PROMPT = 64
@@ -58,20 +59,28 @@ def probe_cache_file(which: str = "gen_dtype") -> Path:
     return cache_dir() / "probes" / f"{which}.json"
 
 
+# Part of every verdict's key: a change to what the probes measure makes old verdicts stale
+# (2: decoding steps on the packed decoder).
+_PROBE_VERSION = "2"
+
+
 def machine_key(model: Any) -> str:
     """CPU model and flags, thread count, torch version and the model's shape."""
     cpu = _cpu_description()
     shape = json.dumps(model.config.to_diff_dict(), sort_keys=True, default=str)
-    text = "|".join([cpu, platform.machine(), str(torch.get_num_threads()), torch.__version__, shape])
+    text = "|".join(
+        [_PROBE_VERSION, cpu, platform.machine(), str(torch.get_num_threads()), torch.__version__, shape]
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def decode_seconds(model: Any, rows: int = PROBE_ROWS, steps: int = PROBE_STEPS) -> float:
-    """Seconds per decoding step of `rows` sequences (after a prefill that is not counted)."""
+    """Seconds per decoding step of `rows` sequences (after a prefill that is not counted), on the
+    packed decoder where the engine would use it."""
     generator = torch.Generator().manual_seed(0)
     vocab = int(model.config.vocab_size)
     prompts = torch.randint(10, vocab, (rows, PROBE_PROMPT), generator=generator).tolist()
-    batch = RunningBatch(model, Sampler(), pad_id=0)
+    batch = RunningBatch(model, Sampler(), pad_id=0, decoder=packed_decoder(model))
     batch.add(prompts, [steps + 2] * rows, [frozenset()] * rows)
     batch.step()  # the first token comes from the prefill; warm the decode path once more
     batch.step()

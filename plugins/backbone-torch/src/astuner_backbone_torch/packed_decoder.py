@@ -107,7 +107,7 @@ class PackedDecoder:
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
         self._layers: list[_Layer] = []
         self._head: torch.Tensor | None = None
-        self._versions: tuple[tuple[int, int], ...] | None = None
+        self._versions: tuple[tuple[int, int, int], ...] | None = None
         self._packs = _can_pack()
 
     @torch.inference_mode()
@@ -122,7 +122,10 @@ class PackedDecoder:
         if not _runs_on(self.model.lm_head.weight):
             self._layers, self._head, self._versions = [], None, None
             return False
-        versions = tuple((id(p), p._version, p.data_ptr()) for p in self.model.parameters())
+        # weights made under inference_mode keep no version counter: their storage still tells a swap
+        versions = tuple(
+            (id(p), 0 if p.is_inference() else p._version, p.data_ptr()) for p in self.model.parameters()
+        )
         if versions == self._versions:
             return True
         self._layers = []  # the old copies go before the new ones are made: one extra copy at most
