@@ -192,15 +192,8 @@ def test_a_step_writes_the_buffers_in_place(model) -> None:
     assert cache.lengths[:2].tolist() == [3 + 9, 2 + 9]
 
 
-def test_a_sliding_window_model_decodes_on_transformers_cache_without_joining(tiny_model_dir: Path) -> None:
-    model = AutoModelForCausalLM.from_pretrained(
-        tiny_model_dir,
-        dtype=torch.float32,
-        use_sliding_window=True,
-        sliding_window=3,
-        max_window_layers=0,
-        layer_types=["sliding_attention", "sliding_attention"],
-    ).eval()
+def test_a_sliding_window_model_decodes_on_transformers_cache_without_joining(sliding_window_model) -> None:
+    model = sliding_window_model
     assert not takes_slot_cache(model)
     sampler = Sampler(temperature=1.0)
     prompts, limits = [[5, 17, 42, 8, 9], [9, 9, 9, 9, 9, 9], [300, 12, 77, 8]], [6, 3, 5]

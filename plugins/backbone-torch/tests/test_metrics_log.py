@@ -12,6 +12,25 @@ from astuner_backbone_torch.metrics import MetricsLog, chart_layout
 from astuner.training import Plugins, metric_catalog
 
 
+def _written_layout(tensorboard_dir: Path) -> tuple[list, dict[str, dict[str, list[str]]]]:
+    """The Custom Scalars layouts written to `tensorboard_dir`, and the last one as
+    {section: {chart: [metric keys]}} (each tag, anchored at its end, without its `$`)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.custom_scalar import layout_pb2
+
+    events = EventAccumulator(str(tensorboard_dir))
+    events.Reload()
+    written = events.Tensors("custom_scalars__config__")
+    layout = layout_pb2.Layout.FromString(written[-1].tensor_proto.string_val[0])
+    tags = [tag for category in layout.category for chart in category.chart for tag in chart.multiline.tag]
+    assert all(tag.endswith("$") for tag in tags), "a tag must not also match longer names"
+    charts = {
+        category.title: {chart.title: [tag[:-1] for tag in chart.multiline.tag] for chart in category.chart}
+        for category in layout.category
+    }
+    return written, charts
+
+
 def test_a_step_metric_that_overflowed_is_written_null(tmp_path: Path) -> None:
     path = tmp_path / "metrics.jsonl"
     log = MetricsLog(path, tensorboard_dir=None)
@@ -26,9 +45,6 @@ def test_a_step_metric_that_overflowed_is_written_null(tmp_path: Path) -> None:
 
 
 def test_tensorboard_charts_are_laid_out_by_the_declarations(tmp_path: Path) -> None:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.plugins.custom_scalar import layout_pb2
-
     catalog = metric_catalog(Plugins(load_entry_points=False))
     log = MetricsLog(tmp_path / "metrics.jsonl", tmp_path / "tb", catalog)
     log.write(1, {"train/reward_mean": 0.5, "actor/grad_norm": 1.0, "my/own": 2.0})
@@ -38,16 +54,7 @@ def test_tensorboard_charts_are_laid_out_by_the_declarations(tmp_path: Path) -> 
         "reward": {"mean judge reward": ["val/reward_mean", "train/reward_mean"]}
     }
 
-    events = EventAccumulator(str(tmp_path / "tb"))
-    events.Reload()
-    written = events.Tensors("custom_scalars__config__")
-    layout = layout_pb2.Layout.FromString(written[-1].tensor_proto.string_val[0])
-    tags = [tag for category in layout.category for chart in category.chart for tag in chart.multiline.tag]
-    assert all(tag.endswith("$") for tag in tags), "a tag must not also match longer names"
-    charts = {
-        category.title: {chart.title: [tag[:-1] for tag in chart.multiline.tag] for chart in category.chart}
-        for category in layout.category
-    }
+    written, charts = _written_layout(tmp_path / "tb")
     assert charts == {
         "reward": {"mean judge reward": ["train/reward_mean", "val/reward_mean"]},
         "actor": {"gradient norm": ["actor/grad_norm"]},
@@ -59,9 +66,6 @@ def test_tensorboard_charts_are_laid_out_by_the_declarations(tmp_path: Path) -> 
 def test_tensorboard_has_a_section_per_agent_with_its_judge_metrics(tmp_path: Path) -> None:
     """Each agent's reward, win rate, calls, tokens and the judge's numbers of it (`agent/<agent>/<metric>`
     from the judge) are one section, each chart with the agent's splits together."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.plugins.custom_scalar import layout_pb2
-
     catalog = metric_catalog(Plugins(load_entry_points=False))
     log = MetricsLog(tmp_path / "metrics.jsonl", tmp_path / "tb", catalog)
     for step in (1, 2):
@@ -75,16 +79,7 @@ def test_tensorboard_has_a_section_per_agent_with_its_judge_metrics(tmp_path: Pa
         log.write(step, row)
     log.close()
 
-    events = EventAccumulator(str(tmp_path / "tb"))
-    events.Reload()
-    written = events.Tensors("custom_scalars__config__")
-    layout = layout_pb2.Layout.FromString(written[-1].tensor_proto.string_val[0])
-    tags = [tag for category in layout.category for chart in category.chart for tag in chart.multiline.tag]
-    assert all(tag.endswith("$") for tag in tags), "a tag must not also match longer names"
-    charts = {
-        category.title: {chart.title: [tag[:-1] for tag in chart.multiline.tag] for chart in category.chart}
-        for category in layout.category
-    }
+    _, charts = _written_layout(tmp_path / "tb")
     assert list(charts) == ["agent: wolf", "agent: seer", "judge"]
     assert charts["agent: wolf"] == {
         "wolf: mean judge reward": ["train/agent/wolf/reward_mean", "val/agent/wolf/reward_mean"],

@@ -104,16 +104,10 @@ def test_it_follows_weights_changed_between_batches(tiny_model_dir: Path) -> Non
     assert not torch.allclose(torch.tensor(after[1]), torch.tensor(before[1]), atol=1e-2)
 
 
-def test_models_whose_forward_is_another_computation_are_not_taken(tiny_model_dir: Path) -> None:
-    sliding = AutoModelForCausalLM.from_pretrained(
-        tiny_model_dir,
-        dtype=torch.float32,
-        use_sliding_window=True,
-        sliding_window=3,
-        max_window_layers=0,
-        layer_types=["sliding_attention", "sliding_attention"],
-    )
-    assert packed_decoder(sliding) is None
+def test_models_whose_forward_is_another_computation_are_not_taken(
+    tiny_model_dir: Path, sliding_window_model
+) -> None:
+    assert packed_decoder(sliding_window_model) is None
     eager_half = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float16)
     assert packed_decoder(eager_half) is None  # float16: oneDNN's packed path is float32/bfloat16 here
     other = _llama()

@@ -95,45 +95,46 @@ def test_the_free_cores_are_rounded_and_never_zero() -> None:
     assert "the machine was free at start" in kept_all.sentence("torch.num_threads")
 
 
+@pytest.fixture
+def quiet_process(monkeypatch) -> Iterator[None]:
+    """This process as if just started on a quiet machine (no OMP_NUM_THREADS, no choice made yet,
+    no core busy); torch's thread count is restored after."""
+    import torch
+    from astuner_backbone_torch import threads
+
+    before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "busy_cores", lambda cpus: 0.0)
+    monkeypatch.setattr(threads, "_measured", None)
+    monkeypatch.setattr(threads, "_announced", None)
+    monkeypatch.setattr(threads, "_torch_default", None)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.skipif(CORES < 2, reason="one core: one thread either way")
-def test_a_quiet_machine_keeps_torchs_own_count_not_every_logical_core(monkeypatch) -> None:
+def test_a_quiet_machine_keeps_torchs_own_count_not_every_logical_core(quiet_process) -> None:
     """torch's default is one thread per physical core; with two hardware threads a core, the quiet
     machine's free logical cores are twice that, and so many threads slow torch down."""
     import torch
     from astuner_backbone_torch import threads
 
-    before = torch.get_num_threads()
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(threads, "busy_cores", lambda cpus: 0.0)
-    monkeypatch.setattr(threads, "_measured", None)
-    monkeypatch.setattr(threads, "_announced", None)
-    monkeypatch.setattr(threads, "_torch_default", None)
     torch.set_num_threads(CORES // 2)  # as torch starts on a machine with two hardware threads a core
-    try:
-        choice = threads.use_threads(None, "torch.num_threads")
-        assert (choice.threads, torch.get_num_threads()) == (CORES // 2, CORES // 2)
-        assert "the machine was free at start" in choice.sentence("torch.num_threads")
-    finally:
-        torch.set_num_threads(before)
+    choice = threads.use_threads(None, "torch.num_threads")
+    assert (choice.threads, torch.get_num_threads()) == (CORES // 2, CORES // 2)
+    assert "the machine was free at start" in choice.sentence("torch.num_threads")
 
 
 @pytest.mark.skipif(CORES < 2, reason="one core: one thread either way")
-def test_an_engine_without_a_setting_keeps_the_count_the_trainer_was_set_to(monkeypatch) -> None:
+def test_an_engine_without_a_setting_keeps_the_count_the_trainer_was_set_to(quiet_process) -> None:
     """A torch run sets torch.num_threads, then builds its in-process engine, whose own key is unset:
     torch's count is one per process, and the engine must not measure it back up."""
     import torch
     from astuner_backbone_torch import threads
 
-    before = torch.get_num_threads()
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(threads, "busy_cores", lambda cpus: 0.0)
-    monkeypatch.setattr(threads, "_measured", None)
-    monkeypatch.setattr(threads, "_announced", None)
-    monkeypatch.setattr(threads, "_torch_default", None)
     torch.set_num_threads(CORES)
-    try:
-        threads.use_threads(1, "torch.num_threads")
-        choice = threads.use_threads(None, "rollout.engines.transformers.num_threads")
-        assert (choice.source, choice.threads, torch.get_num_threads()) == ("setting", 1, 1)
-    finally:
-        torch.set_num_threads(before)
+    threads.use_threads(1, "torch.num_threads")
+    choice = threads.use_threads(None, "rollout.engines.transformers.num_threads")
+    assert (choice.source, choice.threads, torch.get_num_threads()) == ("setting", 1, 1)
