@@ -94,6 +94,13 @@ def test_engine_models_come_from_their_own_blocks(write_config) -> None:
     assert judge_engine_model(config) is None
 
 
+def test_the_main_model_carries_each_agents_saved_adapter_not_new_ones() -> None:
+    agents = ["agents.wolf.lora.path=ckpt/adapters/wolf", "agents.seer.lora.rank=4"]
+    config = load_config(None, ["model.path=policy", *agents], environ={})
+    assert main_engine_model(config).adapters == {"wolf": "ckpt/adapters/wolf"}
+    assert main_engine_model(load_config(None, ["model.path=policy"], environ={})).adapters == {}
+
+
 def _recording_engines(plugins) -> list:
     built: list = []
 

@@ -290,7 +290,9 @@ class Engines:
 
 
 def main_engine_model(config: AstunerConfig) -> EngineModel:
-    """The policy's model as its engine serves it: `model.path`, `rollout.*`, `trainer_common.seed`."""
+    """The policy's model as its engine serves it: `model.path`, `rollout.*`, `trainer_common.seed`,
+    and each `agents.<name>.lora.path` as that agent's fixed adapter (a path-less adapter is new,
+    which changes nothing: that agent runs on the model alone)."""
     r = config.rollout
     return EngineModel(
         path=config.model.path,
@@ -299,6 +301,11 @@ def main_engine_model(config: AstunerConfig) -> EngineModel:
         max_tokens=r.max_response_length_in_one_turn,
         tensor_parallel_size=r.tensor_model_parallel_size,
         seed=config.trainer_common.seed,
+        adapters={
+            name: agent.lora.path
+            for name, agent in config.agents.items()
+            if agent.lora is not None and agent.lora.path is not None
+        },
     )
 
 

@@ -135,13 +135,24 @@ def test_calls_go_to_their_agent_s_adapter_and_only_adapters_train(qwen25) -> No
     assert trajectory.agent_rewards == rewards and trajectory.reward == 0.75 and trajectory.is_success
 
 
+SAVED_ADAPTERS = {"agents": {role: {"lora": {"path": f"adapters/{role}"}} for role in ("wolf", "seer")}}
+
+
 def test_an_engine_without_adapters_runs_every_agent_on_its_weights_and_says_so(qwen25, capfd) -> None:
-    trajectory = run_village(qwen25, ScriptedEngine, {"wolf": 1.0, "seer": 0.0}, **ADAPTERS)
+    trajectory = run_village(qwen25, ScriptedEngine, {"wolf": 1.0, "seer": 0.0}, **SAVED_ADAPTERS)
     logged = capfd.readouterr().err
     assert "agents without their adapters" in logged and "agents=['seer', 'wolf']" in logged
-    assert "engine ScriptedEngine does not hold their LoRA adapters" in logged
+    assert "['agents.seer.lora.path', 'agents.wolf.lora.path']" in logged
+    assert "engine ScriptedEngine does not load their LoRA adapters" in logged
     assert {c.sampling.adapter for c in trajectory.calls} == {None}
     assert [c.trainable for c in trajectory.calls] == [True, True, False]
+
+
+def test_new_adapters_the_engine_lacks_are_no_warning(qwen25, capfd) -> None:
+    """A path-less adapter starts as the identity: the engine's own weights run that agent as it would."""
+    trajectory = run_village(qwen25, ScriptedEngine, {"wolf": 1.0, "seer": 0.0}, **ADAPTERS)
+    assert "agents without their adapters" not in capfd.readouterr().err
+    assert {c.sampling.adapter for c in trajectory.calls} == {None}
 
 
 def test_rewards_that_leave_out_a_trained_agent_are_an_error(qwen25) -> None:

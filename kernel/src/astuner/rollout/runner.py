@@ -409,14 +409,20 @@ def _set_reward(trajectory: Trajectory, verdict: JudgeOutput) -> None:
 
 
 def _warn_of_unserved_adapters(plan: AgentPlan, engine: Any) -> None:
-    """A warning when `engine` lacks adapters of the plan: those agents generate with its own weights."""
-    unserved = plan.adapters - _served_adapters(engine)
+    """A warning when `engine` lacks adapters of the plan that have a folder: those agents generate
+    with its own weights. A new adapter (`agents.<name>.lora` without `path`) starts as the identity,
+    so an engine without it (`astuner eval` or backbone debug on a training config) runs that agent
+    as the adapter would: no warning."""
+    saved = set(plan.fixed_adapters) | {name for name, lora in plan.trained_adapters.items() if lora.path}
+    unserved = saved - _served_adapters(engine)
     if unserved and engine is not None:
         get_logger().warning(
             "agents without their adapters",
             agents=sorted(unserved),
-            why=f"engine {type(engine).__name__} does not hold their LoRA adapters: they generate with "
-            "its own weights (agents.<name>.lora needs backbone torch)",
+            keys=[f"agents.{name}.lora.path" for name in sorted(unserved)],
+            why=f"engine {type(engine).__name__} does not load their LoRA adapters: they generate with "
+            "its own weights. Adapters are served by backbone torch, and outside training by engine "
+            "transformers (rollout.engine: transformers, no rollout.engine_url)",
         )
 
 

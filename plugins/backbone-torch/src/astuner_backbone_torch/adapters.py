@@ -4,8 +4,11 @@ A multi-agent workflow may give each agent an adapter of its own: one
 shared base model in float32, wrapped by peft with one adapter per agent,
 each named after its agent. Adapters that train this run (the
 `AgentPlan`'s `trained_adapters`) start new from their settings, or from
-their `path`; fixed adapters load frozen from their folder. A checkpoint
-holds the trained ones only (the fixed ones are where the config says):
+their `path`; fixed adapters load frozen from their folder (under training,
+and in the engine `transformers` when it loads its own model: `astuner eval`,
+backbone debug). A folder without an adapter is an error naming its
+`agents.<name>.lora.path`. A checkpoint holds the trained ones only (the
+fixed ones are where the config says):
 
     <checkpoint>/adapters/<agent>/adapter_config.json
     <checkpoint>/adapters/<agent>/adapter_model.safetensors
@@ -32,6 +35,8 @@ from astuner.training import AgentPlan
 
 # The checkpoint's folder of trained adapters, one subfolder per agent.
 ADAPTERS_DIR = "adapters"
+# What makes a folder a saved adapter (peft writes it beside the weights).
+ADAPTER_CONFIG = "adapter_config.json"
 
 
 class LoraSettings(Protocol):
@@ -83,10 +88,15 @@ def with_agent_adapters(model: Any, plan: AgentPlan, resume: Path | None) -> Any
     """
     sources: dict[str, tuple[Any, bool]] = {}
     for name, lora in plan.trained_adapters.items():
-        folder = resume / ADAPTERS_DIR / name if resume is not None else lora.path
-        sources[name] = (folder if folder is not None else peft_config(lora), True)
+        if resume is not None:
+            source: Any = resume / ADAPTERS_DIR / name
+        elif lora.path is not None:
+            source = adapter_folder(name, lora.path)
+        else:
+            source = peft_config(lora)
+        sources[name] = (source, True)
     for name, folder in plan.fixed_adapters.items():
-        sources[name] = (folder, False)
+        sources[name] = (adapter_folder(name, folder), False)
     wrapped = model
     for name, (source, trainable) in sorted(sources.items()):
         wrapped = _attach(wrapped, name, source, trainable)
@@ -95,6 +105,20 @@ def with_agent_adapters(model: Any, plan: AgentPlan, resume: Path | None) -> Any
         for parameter in adapter_parameters(wrapped, name):
             parameter.requires_grad_(True)
     return wrapped
+
+
+def adapter_folder(agent: str, folder: str | Path) -> Path:
+    """`folder` (`agents.<agent>.lora.path`) when it holds a saved adapter; else an AstunerError naming
+    the key and the folder (peft's own says only that some file is missing)."""
+    path = Path(folder)
+    if (path / ADAPTER_CONFIG).is_file():
+        return path
+    what = "does not exist" if not path.exists() else f"holds no {ADAPTER_CONFIG}"
+    raise AstunerError(
+        f"agents.{agent}.lora.path: '{folder}' {what}. It must be a saved LoRA adapter's folder "
+        f"({ADAPTER_CONFIG} and adapter_model.safetensors), such as <checkpoint>/{ADAPTERS_DIR}/{agent} "
+        "of a run with per-agent adapters."
+    )
 
 
 def _attach(model: Any, name: str, source: Any, trainable: bool) -> Any:

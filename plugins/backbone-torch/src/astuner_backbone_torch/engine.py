@@ -14,8 +14,9 @@ Prompts that continue what the engine already ran (an agent's next turn, a
 GRPO group's repeated prompt) start from the stored keys and values of it
 (`prefix_cache`); the store is emptied whenever the weights change.
 
-A model holding per-agent LoRA adapters (`agents.<name>.lora`) serves them
-(`adapter_names`): a request's `sampling.adapter` picks the adapter its
+A model holding per-agent LoRA adapters (`agents.<name>.lora`: the policy's
+under training, the fixed ones of `EngineModel.adapters` when the engine
+loads its own model) serves them (`adapter_names`): a request's `sampling.adapter` picks the adapter its
 batch generates with (a batch has one adapter; None: the base model with
 every adapter off), and each adapter has its own store of keys and values,
 as they differ between adapters.
@@ -33,7 +34,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from astuner.api import AstunerError, Generation, SamplingParams
-from astuner_backbone_torch.adapters import using_adapter
+from astuner.training import AgentPlan
+from astuner_backbone_torch.adapters import using_adapter, with_agent_adapters
 from astuner_backbone_torch.decoding import DecodedRow, RunningBatch, Sampler
 from astuner_backbone_torch.packed_decoder import packed_decoder
 from astuner_backbone_torch.prefix_cache import PrefixStore
@@ -115,7 +117,10 @@ class TransformersEngine:
 
     @classmethod
     def serving(cls, settings: TransformersEngineSettings, served: EngineModel) -> TransformersEngine:
-        """An engine loading `served.path` on its settings' device and dtype (the engine `transformers`)."""
+        """An engine loading `served.path` on its settings' device and dtype (the engine `transformers`),
+        with `served.adapters` (each agent's fixed adapter, `agents.<name>.lora.path`) loaded frozen
+        and served under the agent's name, so `astuner eval` and backbone debug run each agent as
+        training does."""
         from transformers import AutoModelForCausalLM
 
         from astuner_backbone_torch.models import resolve_model_dir
@@ -125,8 +130,10 @@ class TransformersEngine:
         model = AutoModelForCausalLM.from_pretrained(
             folder, dtype=_dtype(settings.dtype, _device(settings.device))
         )
+        if served.adapters:
+            model = with_agent_adapters(model, AgentPlan(fixed_adapters=dict(served.adapters)), None)
         model.to(_device(settings.device)).eval()
-        engine = cls(model, settings)
+        engine = cls(model, settings, adapters=served.adapters.keys())
         engine.tokenizer_path = folder
         return engine
 
