@@ -1,4 +1,5 @@
-"""The model folder `astuner eval --checkpoint DIR` runs: a full checkpoint as it is, LoRA merged.
+"""The model folder `astuner eval --checkpoint DIR` runs: a full checkpoint as it is, LoRA merged,
+per-agent adapters by agent.
 
 The torch backbone writes `checkpoints/step_<n>/` in HuggingFace format:
 either the whole model (`config.json` and weights) or, with LoRA, only the
@@ -7,10 +8,14 @@ base it was trained on). Every engine loads a plain model folder, so an
 adapter is merged into its base once, into astuner's cache (keyed by the
 adapter's path and modification time, so a re-saved step is merged again);
 later evaluations of the same checkpoint reuse that folder. Merging needs
-torch and peft, imported only then. Which folder is a run's newest
-checkpoint is the backbone's to say (`FindsCheckpoints`);
-`latest_checkpoint` asks each backbone that wrote a run of the experiment
-(`astuner.training.checkpoint_of`).
+torch and peft, imported only then. With per-agent adapters
+(`agents.<name>.lora`) the folder holds no model but one adapter per
+trained agent, `adapters/<agent>/adapter_config.json` (`agent_adapters`):
+they are evaluated on the config's `model.path`, each as its agent's
+`agents.<agent>.lora.path`, which only the engine `transformers` serves.
+Which folder is a run's newest checkpoint is the backbone's to say
+(`FindsCheckpoints`); `latest_checkpoint` asks each backbone that wrote a
+run of the experiment (`astuner.training.checkpoint_of`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from astuner.api import AstunerError, ConfigError
 from astuner.training import build_once, cache_dir, checkpoint_of, load_yaml
 
 ADAPTER_CONFIG = "adapter_config.json"
+# A checkpoint's folder of per-agent adapters (the torch backbone's `adapters/<agent>/`).
+AGENT_ADAPTERS = "adapters"
 LATEST = "latest"
 _STEP = re.compile(r"^step_(\d+)$")
 
@@ -49,8 +56,22 @@ def model_for_checkpoint(checkpoint: Path) -> str:
     hint = f" It is a run folder; its checkpoints: {', '.join(found)}." if found else ""
     raise AstunerError(
         f"--checkpoint: '{checkpoint}' holds no model: a checkpoint folder has config.json (the whole "
-        f"model) or {ADAPTER_CONFIG} (a LoRA adapter).{hint}"
+        f"model), {ADAPTER_CONFIG} (a LoRA adapter) or {AGENT_ADAPTERS}/<agent>/{ADAPTER_CONFIG} "
+        f"(per-agent adapters).{hint}"
     )
+
+
+def agent_adapters(checkpoint: Path) -> dict[str, str]:
+    """The per-agent adapters of `checkpoint`, by agent: each `adapters/<agent>/` folder that holds an
+    adapter (absolute paths); empty for a checkpoint of the whole model or of one shared adapter."""
+    root = checkpoint / AGENT_ADAPTERS
+    if not root.is_dir():
+        return {}
+    return {
+        folder.name: str(folder.resolve())
+        for folder in sorted(root.iterdir())
+        if (folder / ADAPTER_CONFIG).is_file()
+    }
 
 
 def latest_checkpoint(

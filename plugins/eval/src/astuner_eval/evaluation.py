@@ -5,7 +5,9 @@ each task runs k times at the config's sampling temperature, and pass@k
 (the unbiased estimator, `astuner.training.pass_at_k`) says how often at least one
 of k tries succeeds. The model is the config's `model.path`, or a checkpoint
 folder in its place (`astuner_eval.checkpoints`), served by whatever engine
-the config picks.
+the config picks. Agents with `agents.<name>.lora.path` (set by the config,
+`-o`, or a checkpoint of per-agent adapters) generate with that adapter on
+the engine `transformers`; the summary's `adapters` says which each used.
 
 An evaluation is a run of the command `eval` (`Runs.open`: status.json,
 log, companions, notifiers and closing lines as for `astuner run`), under
@@ -37,10 +39,12 @@ from astuner.training import (
     ExperimentDir,
     RolloutRunner,
     RunUses,
+    ServesAdapters,
     append_rows,
     build,
     build_reader,
     engine_name,
+    main_engine_model,
     pass_at_k,
     plugin_settings,
     rollout_metrics,
@@ -48,7 +52,7 @@ from astuner.training import (
     sampling_from_config,
     strict_json,
 )
-from astuner_eval.checkpoints import LATEST, latest_checkpoint, model_for_checkpoint, step_of
+from astuner_eval.checkpoints import LATEST, agent_adapters, latest_checkpoint, model_for_checkpoint, step_of
 
 SUMMARY_FILE = "eval_summary.json"
 ROLLOUT_FILE = "eval.jsonl"
@@ -121,6 +125,33 @@ def check_split(split: str) -> None:
         raise AstunerError(f"--split must be 'train' or 'validation', not '{split}'.")
 
 
+def use_checkpoint(config: AstunerConfig, checkpoint: Path, engine: str) -> None:
+    """Point `config` at `checkpoint` (evaluated on the engine named `engine`): its model as
+    `model.path`, or, for a checkpoint of per-agent adapters, each as `agents.<agent>.lora.path` (over
+    the config's own; an agent the config does not name gets an entry) on the config's `model.path`.
+
+    Only the engine `transformers` loads per-agent adapters: on another one the agents would run on
+    the base model and the scores would not be the checkpoint's, so that is an error."""
+    adapters = agent_adapters(checkpoint) if checkpoint.is_dir() else {}
+    if not adapters:
+        config.model.path = checkpoint_model_path(checkpoint, config.rollout.engine_url, engine)
+        return
+    if engine != "transformers":
+        keys = ", ".join(f"agents.{agent}.lora.path" for agent in adapters)
+        raise AstunerError(
+            f"--checkpoint: '{checkpoint}' holds per-agent adapters ({keys}), which only the engine "
+            f"transformers loads; this config uses the engine {engine}, which would run every agent "
+            "on the base model. Evaluate with -o rollout.engine=transformers (and no rollout.engine_url)."
+        )
+    for agent, folder in adapters.items():
+        entry = config.agents.get(agent)
+        if entry is not None and entry.lora is not None:
+            entry.lora.path = folder
+        else:  # a new entry, validated as the config's own are
+            block = {"agents": {agent: {"lora": {"path": folder}}}}
+            config.agents[agent] = type(config).model_validate(block).agents[agent]
+
+
 def checkpoint_model_path(checkpoint: Path, engine_url: str | None, engine: str) -> str:
     """`model.path` for evaluating `checkpoint`; an error when the engine (`rollout.engine_url`, or
     the engine named `engine`) serves a model of its own instead of loading `model.path`."""
@@ -161,8 +192,7 @@ def run_eval(config: AstunerConfig, runs: Runs, options: EvalOptions) -> EvalRep
     for kind, name in (("reader", config.task_reader.type), ("judge", config.task_judge.judge_protocol)):
         plugin_settings(config, plugins.get(kind, name, config.search_paths()))
     if options.checkpoint is not None:
-        engine = engine_name(config, plugins)
-        config.model.path = checkpoint_model_path(options.checkpoint, config.rollout.engine_url, engine)
+        use_checkpoint(config, options.checkpoint, engine_name(config, plugins))
     config.experiment_name = f"{config.experiment_name}_eval"
     sampling = eval_sampling(sampling_from_config(config.rollout), options.n_samples, options.temperature)
     uses = RunUses(splits=frozenset({options.split}))  # the evaluated split's file, not the other's
@@ -172,21 +202,26 @@ def run_eval(config: AstunerConfig, runs: Runs, options: EvalOptions) -> EvalRep
         tasks = read_tasks(reader, config.task_reader.type, options)
         stack = rollout_stack(config, plugins, reader=reader)
         record = run.experiment.rollouts / ROLLOUT_FILE
-        trajectories = asyncio.run(_rollouts(stack, tasks, sampling, options.n_samples, record))
-        about = {"config": str(config.source) if config.source else None, "model": config.model.path}
+        trajectories, served = asyncio.run(_rollouts(stack, tasks, sampling, options.n_samples, record))
+        adapters = {name: path for name, path in main_engine_model(config).adapters.items() if name in served}
+        about = {
+            "config": str(config.source) if config.source else None,
+            "model": config.model.path,
+            "adapters": adapters,
+        }
         return _record(trajectories, len(tasks), about, options, sampling, run.experiment)
 
 
 def _record(
     trajectories: list[Trajectory],
     tasks: int,
-    about: Mapping[str, str | None],
+    about: Mapping[str, object],
     options: EvalOptions,
     sampling: SamplingParams,
     experiment: ExperimentDir,
 ) -> EvalReport:
-    """Write the metrics row and the summary (`about`: the config file and model); the trajectories
-    are in `rollouts/eval.jsonl` already, each written as its run ended."""
+    """Write the metrics row and the summary (`about`: the config file, the model and the agents'
+    adapters); the trajectories are in `rollouts/eval.jsonl` already, each written as its run ended."""
     metrics = eval_metrics(trajectories, options.n_samples)
     step = checkpoint_step(options.checkpoint)
     append_rows(experiment.metrics_file, [{"step": step, **metrics}])
@@ -214,6 +249,10 @@ async def _rollouts(
     sampling: SamplingParams,
     n_samples: int,
     record: Path,
-) -> list[Trajectory]:
+) -> tuple[list[Trajectory], frozenset[str]]:
+    """The trajectories, and the adapters the engine served (an agent's adapter that it did not load
+    is not the one its calls used: the runner warned of it)."""
     async with stack as runner:
-        return await runner.run(tasks, sampling, n_samples, tag="eval", record=record)
+        trajectories = await runner.run(tasks, sampling, n_samples, tag="eval", record=record)
+        served = runner.engine.adapter_names if isinstance(runner.engine, ServesAdapters) else frozenset()
+        return trajectories, served

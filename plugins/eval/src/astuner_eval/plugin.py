@@ -41,7 +41,8 @@ def eval_command(runs: Runs) -> Callable[..., None]:
         checkpoint: Annotated[
             Path | None,
             typer.Option(
-                help="A checkpoints/step_<n> folder of a torch run, or 'latest': the highest step of this "
+                help="A checkpoints/step_<n> folder of a torch run (with per-agent adapters: each "
+                "agent's adapter on the config's model.path), or 'latest': the highest step of this "
                 "config's experiment; default: the config's model.path."
             ),
         ] = None,
@@ -100,7 +101,10 @@ def print_report(report: EvalReport) -> None:
         f"eval: {s['checkpoint'] or s['model']} on {s['split']}, {s['tasks']} tasks x {samples} "
         f"at temperature {s['temperature']:g}"
     )
-    if s["checkpoint"] and s["model"] != s["checkpoint"]:
+    if s["adapters"]:
+        for agent, folder in s["adapters"].items():
+            typer.echo(f"  agent {agent}: adapter {folder} on {s['model']}")
+    elif s["checkpoint"] and s["model"] != s["checkpoint"]:
         typer.echo(f"  (a LoRA adapter, merged into its base model in {s['model']})")
     table = Table("metric", "value")
     table.add_row("mean reward", f"{m['eval/reward_mean']:.4f}")
