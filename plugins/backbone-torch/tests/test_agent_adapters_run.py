@@ -1,4 +1,5 @@
-"""`astuner run --backbone torch` with per-agent adapters: routed rollouts, per-agent updates, resume."""
+"""`astuner run --backbone torch` with per-agent adapters: routed rollouts, per-agent updates, resume; then
+backbone debug on a saved adapter."""
 
 import json
 from pathlib import Path
@@ -83,4 +84,18 @@ def test_a_run_trains_each_agents_adapter_and_resumes_them(app, workdir: Path, t
         ("wolf", "wolf", True),
         ("seer", "seer", False),
         ("villager", None, False),
+    }
+
+    # Backbone debug (no training loop): engine transformers loads the seer's saved adapter, frozen; the
+    # wolf's new adapter changes nothing, so it runs on the base model, with no warning.
+    debug = [*fixed, "-o", "debug.debug_first_n_tasks=1"]
+    result = CliRunner().invoke(app, ["run", "--conf", str(conf), "--backbone", "debug", *debug])
+    assert result.exit_code == 0, result.output
+    latest = max(run_folders(workdir, "agents"))
+    assert "agents without their adapters" not in (latest / "astuner.log").read_text()
+    calls = [c for t in read_trajectories(latest / "rollouts" / "debug.jsonl") for c in t.calls]
+    assert {(c.agent_name, c.sampling.adapter) for c in calls} == {
+        ("wolf", None),
+        ("seer", "seer"),
+        ("villager", None),
     }
