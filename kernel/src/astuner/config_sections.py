@@ -41,8 +41,9 @@ class AgentLoraConfig(LoraConfig):
     rank: int = Field(8, ge=1, description="LoRA rank of this agent's adapter.")
     path: str | None = Field(
         None,
-        description="A saved adapter folder: where this agent's adapter starts when it trains, or the "
-        "fixed adapter it generates with when it is not in trainable_targets.",
+        description="A saved adapter folder: where this agent's adapter starts when it trains, the "
+        "fixed adapter it generates with when it is not in trainable_targets, and the adapter it "
+        "generates with outside training (astuner eval, backbone debug; engine transformers).",
     )
 
 
