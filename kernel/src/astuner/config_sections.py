@@ -259,6 +259,31 @@ class TrainerCommonConfig(Section):
         None, ge=1, description="Keep the newest N checkpoints of a run (backbone torch); None keeps all."
     )
     seed: int = 42
+    max_staleness: int = Field(
+        0,
+        ge=0,
+        description="Asynchronous rollouts (backbone torch): with N > 0 the rollouts of the next steps "
+        "run while the current update trains, sampled by weights at most N updates old, and the update "
+        "corrects for that with algorithm.rollout_correction.rollout_is (required). 0: synchronous, "
+        "each step's rollouts use the newest weights.",
+    )
+
+    @field_validator("max_staleness")
+    @classmethod
+    def _staleness_is_corrected(cls, max_staleness: int, info: ValidationInfo) -> int:
+        # Stale samples come from an older policy than the one trained: without importance weights
+        # the update would treat them as on-policy, and its ratio would hide the gap.
+        algorithm = info.data.get("algorithm")
+        if max_staleness > 0 and algorithm is not None and algorithm.rollout_correction.rollout_is is None:
+            raise PydanticCustomError(
+                "staleness_without_correction",
+                "trainer_common.max_staleness {max_staleness} trains on samples from weights up to "
+                "{max_staleness} updates old, which needs a correction for the older policy: set "
+                "trainer_common.algorithm.rollout_correction.rollout_is to token (or sequence), or set "
+                "trainer_common.max_staleness to 0 (synchronous)",
+                {"max_staleness": max_staleness},
+            )
+        return max_staleness
 
     @field_validator("logger", mode="before")
     @classmethod

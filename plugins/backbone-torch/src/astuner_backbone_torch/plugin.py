@@ -52,6 +52,7 @@ def register_backbones(register: Register) -> None:
             "data.train_batch_size",
             "trainer_common",
             "trainer_common.keep_last_checkpoints",
+            "trainer_common.max_staleness",
             "trainer_common.algorithm.rollout_correction",
         ),
     )
