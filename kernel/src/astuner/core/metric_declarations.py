@@ -459,12 +459,59 @@ def _actor(register: RegisterMetric) -> None:
             good=good,
             group="sft",
         )
+    register(
+        "actor/rollout_logprob_gap/stale_{name}",
+        label="log-prob gap to the engine, {name} updates stale",
+        description="Mean absolute gap between the trainer's and the engine's log-probs before the update, "
+        "over the tokens of calls sampled this many updates before (asynchronous rollouts, "
+        "trainer_common.max_staleness): the gap stale samples add, which the importance weights correct.",
+        unit="nats",
+        group="async",
+    )
+
+
+def _async(register: RegisterMetric) -> None:
+    """How old the weights that sampled a step's calls were (asynchronous rollouts of backbone torch)."""
+    group = "async"
+    register(
+        "async/staleness_mean",
+        label="mean staleness",
+        description="Updates between the weights that sampled a call and those the step trains from, "
+        "averaged over the step's calls (at most trainer_common.max_staleness).",
+        unit="updates",
+        group=group,
+    )
+    register(
+        "async/staleness_max",
+        label="largest staleness",
+        description="The oldest call of the step, in updates behind the weights it trains from.",
+        unit="updates",
+        group=group,
+    )
+    register(
+        "async/calls_stale_{name}",
+        label="calls {name} updates stale",
+        description="Share of the step's calls sampled by weights this many updates old.",
+        group=group,
+    )
 
 
 _TIMING = (
     ("rollout_s", "rollout time", "Seconds the step's rollouts took."),
     ("update_s", "update time", "Seconds the update took."),
     ("sync_s", "weight sync time", "Seconds the engine took to take the new weights."),
+    (
+        "wait_rollout_s",
+        "waiting for rollouts",
+        "Seconds the trainer waited for the step's rollouts (asynchronous rollouts: those still running "
+        "when the step began).",
+    ),
+    (
+        "wait_weights_s",
+        "rollouts waiting for weights",
+        "Seconds of the update and weight sync in which every rollout trainer_common.max_staleness let "
+        "start had ended: generation idle, waiting for newer weights.",
+    ),
     ("val_s", "validation time", "Seconds the validation took."),
     ("save_s", "checkpoint time", "Seconds saving the checkpoint took."),
     ("step_s", "step time", "Seconds the whole step took."),
@@ -491,6 +538,7 @@ def declare_builtin_metrics(register: RegisterMetric) -> None:
     _agents_and_judges(register)
     _samples(register)
     _actor(register)
+    _async(register)
     _timing(register)
 
 
