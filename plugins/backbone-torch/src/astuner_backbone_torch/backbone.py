@@ -10,6 +10,22 @@ experiment folder gets `rollouts/step_<n>.jsonl`, `metrics.jsonl`,
 With per-agent adapters (`agents.<name>.lora`) the policy holds one adapter
 per agent, the engine routes each agent's calls to its adapter, and each
 trained adapter learns from its own agent's samples (see `adapters`).
+
+With `trainer_common.max_staleness` N > 0 (asynchronous rollouts, engine
+transformers) the loop is a pipeline: at the start of step s, once the
+weights of update s-1 are in, the rollouts of every step up to s+N are
+under way; step s waits for its own batch only, and its update runs in a
+worker thread while the batches ahead keep generating from the rollout
+copy, which the update does not touch. The copy takes the new weights
+between decoding batches (under the engine's lock), and each call records
+the version that sampled it. A batch launched at the start of step s is
+sampled by weights s-1 or newer, and used at step s+N at the latest, so
+every call of the batch step s trains on is at most N updates old (checked
+each step); the update corrects for it with
+`algorithm.rollout_correction.rollout_is`. A checkpoint holds the task
+stream's position after its own step's batch, not after the batches drawn
+ahead, so a resumed run draws those again and a killed run's in-flight
+rollouts are simply lost.
 """
 
 from __future__ import annotations
@@ -18,16 +34,19 @@ import asyncio
 import itertools
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from transformers import set_seed
 
 from astuner.api import AstunerError, ConfigError, Task, Trajectory, get_logger
+from astuner.core.advantages import AdvantageReport
 from astuner.training import (
     AstunerConfig,
     ChosenLoss,
     Estimator,
+    ExperimentDir,
     HealthMonitor,
     MergeReport,
     Plugins,
@@ -139,6 +158,7 @@ class TorchBackbone:
                 "that runs other engines (verl, trinity)."
             )
         on_vllm = config.rollout.engine == "vllm"
+        refuse_unsupported_staleness(config)
         if on_vllm:
             refuse_agent_adapters(
                 config.agents,
@@ -193,6 +213,7 @@ class TorchBackbone:
             need_reference=use_kl,
             weights=checkpoint.path if checkpoint else None,
             need_generator=not on_vllm,
+            own_generator=t.max_staleness > 0,
         )
         trainer = PolicyTrainer(policy, update_settings(config, settings, loss))
         if t.save_freq <= total:  # before any work: the disk must hold at least one checkpoint
@@ -208,6 +229,20 @@ class TorchBackbone:
         sampling = sampling_from_config(config.rollout)
         validation = validation_settings(config)
         health = HealthMonitor(catalog, acknowledged=frozenset(config.health.acknowledged))
+        steps = _Steps(
+            config,
+            experiment,
+            trainer,
+            stream,
+            estimator,
+            sampling,
+            validation,
+            val_tasks,
+            total,
+            metrics_log,
+            health,
+            catalog,
+        )
         try:
             async with rollout_stack(config, ctx.plugins, engine=engine, parts=parts) as runner:
                 if t.val_before_train and start == 0 and val_tasks:
@@ -215,6 +250,9 @@ class TorchBackbone:
                     val_metrics, _ = await validate(runner, val_tasks, validation, experiment, 0)
                     metrics_log.write(0, {**val_metrics, "timing/val_s": time.perf_counter() - began})
                     log.info("validation", step=0, **console_fields(val_metrics, catalog))
+                if t.max_staleness > 0 and isinstance(engine, TransformersEngine):
+                    await self._async_steps(steps, runner, engine, start)
+                    return
                 for step in range(start + 1, total + 1):
                     began = time.perf_counter()
                     tasks = stream.next_batch()
@@ -242,19 +280,7 @@ class TorchBackbone:
                     metrics["timing/rollout_s"] = rolled - began
                     metrics["timing/update_s"] = trained - rolled
                     metrics["timing/sync_s"] = updated - trained
-                    if val_tasks and step % t.test_freq == 0:
-                        val_metrics, _ = await validate(runner, val_tasks, validation, experiment, step)
-                        metrics.update(val_metrics)
-                        metrics["timing/val_s"] = time.perf_counter() - updated
-                    if step % t.save_freq == 0 or step == total:
-                        saving = time.perf_counter()
-                        self._save(experiment.checkpoints, step, policy, trainer, stream, config)
-                        metrics["timing/save_s"] = time.perf_counter() - saving
-                    metrics["timing/step_s"] = time.perf_counter() - began
-                    metrics_log.write(step, metrics)
-                    crossed = health.observe(f"step {step}", metrics)
-                    fields = console_fields(metrics, catalog, crossed, health.acknowledged)
-                    log.info("step", step=step, of=total, **fields)
+                    await self._end_step(steps, runner, step, metrics, began, stream.state_dict())
         finally:
             metrics_log.close()
             await engine.aclose()
@@ -281,15 +307,101 @@ class TorchBackbone:
             await engine.weights_updated(start)
         return engine
 
-    def _update(
+    async def _end_step(
+        self,
+        steps: _Steps,
+        runner: RolloutRunner,
+        step: int,
+        metrics: dict[str, float],
+        began: float,
+        data_state: dict[str, int],
+    ) -> None:
+        """After step `step`'s update: validate, save (the task stream at `data_state`), log."""
+        config, experiment = steps.config, steps.experiment
+        t = config.trainer_common
+        ended_update = time.perf_counter()
+        if steps.val_tasks and step % t.test_freq == 0:
+            val_metrics, _ = await validate(runner, steps.val_tasks, steps.validation, experiment, step)
+            metrics.update(val_metrics)
+            metrics["timing/val_s"] = time.perf_counter() - ended_update
+        if step % t.save_freq == 0 or step == steps.total:
+            saving = time.perf_counter()
+            self._save(experiment.checkpoints, step, steps.trainer.policy, steps.trainer, data_state, config)
+            metrics["timing/save_s"] = time.perf_counter() - saving
+        metrics["timing/step_s"] = time.perf_counter() - began
+        steps.metrics_log.write(step, metrics)
+        crossed = steps.health.observe(f"step {step}", metrics)
+        fields = console_fields(metrics, steps.catalog, crossed, steps.health.acknowledged)
+        get_logger(backbone="torch").info("step", step=step, of=steps.total, **fields)
+
+    async def _async_steps(
+        self, steps: _Steps, runner: RolloutRunner, engine: TransformersEngine, start: int
+    ) -> None:
+        """Steps `start + 1` to `steps.total` with rollouts up to `max_staleness` steps ahead (see the
+        module docstring)."""
+        config = steps.config
+        bound = config.trainer_common.max_staleness
+        ahead: dict[int, _Batch] = {}
+
+        def launch(step: int) -> None:
+            tasks = steps.stream.next_batch()
+            run = runner.run(
+                tasks,
+                steps.sampling,
+                config.rollout.num_repeat,
+                tag=f"step{step}",
+                record=steps.experiment.rollouts / f"step_{step}.jsonl",
+            )
+            ahead[step] = _Batch.start(run, steps.stream.state_dict())
+
+        try:
+            for step in range(start + 1, steps.total + 1):
+                began = time.perf_counter()
+                # The weights of update step - 1 are in: what starts now is at most `bound` stale at use.
+                for upcoming in range(max(ahead, default=step - 1) + 1, min(step + bound, steps.total) + 1):
+                    launch(upcoming)
+                prompt_tokens = engine.prompt_tokens()
+                batch = ahead.pop(step)
+                trajectories = await batch.task
+                got = time.perf_counter()
+                versions = call_staleness(trajectories, step - 1)
+                if versions and max(versions) > bound:
+                    raise AstunerError(
+                        f"step {step} would train on calls {max(versions)} updates old, past "
+                        f"trainer_common.max_staleness {bound}: the rollout pipeline broke its bound."
+                    )
+                advantages, metrics = self._samples(
+                    runner, trajectories, steps.estimator, config.rollout.gamma
+                )
+                stale = sample_staleness(advantages.samples, trajectories, step - 1)
+                update = await asyncio.to_thread(
+                    steps.trainer.update, advantages.samples, sync_generator=False, staleness=stale
+                )
+                metrics.update({f"actor/{k}": v for k, v in update.items()})
+                trained = time.perf_counter()
+                await asyncio.to_thread(_swap_weights, engine, steps.trainer.policy, step)
+                updated = time.perf_counter()
+                metrics.update(staleness_metrics(versions, bound))
+                metrics["rollout/prompt_tokens_reused_frac"] = engine.prompt_reuse_since(prompt_tokens)
+                metrics["timing/rollout_s"] = batch.seconds()
+                metrics["timing/wait_rollout_s"] = got - began
+                metrics["timing/wait_weights_s"] = _waited_for_weights(list(ahead.values()), got, updated)
+                metrics["timing/update_s"] = trained - got
+                metrics["timing/sync_s"] = updated - trained
+                await self._end_step(steps, runner, step, metrics, began, batch.position)
+        finally:
+            for pending in ahead.values():  # a stopped run's batches ahead are never trained on
+                pending.task.cancel()
+            await asyncio.gather(*(p.task for p in ahead.values()), return_exceptions=True)
+
+    def _samples(
         self,
         runner: RolloutRunner,
-        trainer: PolicyTrainer,
-        engine: RolloutEngine,
         trajectories: list[Trajectory],
         estimator: Estimator,
         gamma: float,
-    ) -> dict[str, float]:
+    ) -> tuple[AdvantageReport, dict[str, float]]:
+        """A step's samples with their advantages, and the metrics of the rollouts and the merge."""
         targets = runner.trainable_targets or None
         samples, report = make_samples(trajectories, targets)
         advantages = compute_advantages(trajectories, samples, estimator=estimator, gamma=gamma)
@@ -307,6 +419,19 @@ class TorchBackbone:
                 **{f"train/prefix_breaks/{r}": n for r, n in report.breaks_by_reason().items()},
             }
         )
+        return advantages, metrics
+
+    def _update(
+        self,
+        runner: RolloutRunner,
+        trainer: PolicyTrainer,
+        engine: RolloutEngine,
+        trajectories: list[Trajectory],
+        estimator: Estimator,
+        gamma: float,
+    ) -> dict[str, float]:
+        """A synchronous step's update (no rollout runs meanwhile), and its metrics."""
+        advantages, metrics = self._samples(runner, trajectories, estimator, gamma)
         # No batch may be generated while the weights change.
         with engine.changing_weights():
             update = trainer.update(advantages.samples)
@@ -319,9 +444,10 @@ class TorchBackbone:
         step: int,
         policy: Policy,
         trainer: PolicyTrainer,
-        stream: TaskStream,
+        data_state: dict[str, int],
         config: AstunerConfig,
     ) -> None:
+        """Checkpoint step `step`; `data_state`: the task stream's position after that step's batch."""
         ensure_finite(policy.trainable_parameters(), step)
         ensure_space(root, checkpoint_size(policy))
         save_checkpoint(
@@ -330,7 +456,7 @@ class TorchBackbone:
             save_model=policy.save,
             tensors={**trainer.state_dict(), "rng": rng_state()},
             state={
-                "data": stream.state_dict(),
+                "data": data_state,
                 "model_path": config.model.path,
                 "lora": policy.lora,
                 "adapters": list(policy.trained),
@@ -366,3 +492,118 @@ def checkpoint_size(policy: Policy) -> int:
     trainable = list(policy.trainable_parameters())
     weights = trainable if policy.lora else list(policy.model.state_dict().values())
     return checkpoint_bytes(weights, trainable)
+
+
+def refuse_unsupported_staleness(config: AstunerConfig) -> None:
+    """A ConfigError where `trainer_common.max_staleness` > 0 meets what cannot run asynchronously yet."""
+    bound = config.trainer_common.max_staleness
+    if not bound:
+        return
+    if config.rollout.engine == "vllm":
+        raise ConfigError(
+            f"trainer_common.max_staleness is {bound}, but asynchronous rollouts are not supported with "
+            "rollout.engine: vllm yet: the server reloads the weights in place, and the requests in flight "
+            "during an update would see them half-synced. Use rollout.engine: transformers (or auto), or "
+            "trainer_common.max_staleness: 0."
+        )
+    if config.rollout.executor != "local":
+        raise ConfigError(
+            f"trainer_common.max_staleness is {bound}, but asynchronous rollouts are not supported with "
+            f"rollout.executor: {config.rollout.executor} yet: each step's batch would open its own "
+            "executor session while the previous one runs. Use rollout.executor: local, or "
+            "trainer_common.max_staleness: 0."
+        )
+
+
+@dataclass
+class _Steps:
+    """What every step of a run uses (`TorchBackbone._end_step`, `_async_steps`)."""
+
+    config: AstunerConfig
+    experiment: ExperimentDir
+    trainer: PolicyTrainer
+    stream: TaskStream
+    estimator: Estimator
+    sampling: Any
+    validation: Any
+    val_tasks: list[Task]
+    total: int
+    metrics_log: MetricsLog
+    health: HealthMonitor
+    catalog: Any
+
+
+@dataclass
+class _Batch:
+    """One step's rollouts under way: the task stream's position after its tasks, and when it ran."""
+
+    task: asyncio.Task[list[Trajectory]]
+    position: dict[str, int]
+    began: float
+    ended: float | None = field(default=None)
+
+    @classmethod
+    def start(cls, run: Any, position: dict[str, int]) -> _Batch:
+        batch = cls(asyncio.ensure_future(run), position, time.perf_counter())
+        batch.task.add_done_callback(batch._end)
+        return batch
+
+    def _end(self, _: asyncio.Task[list[Trajectory]]) -> None:
+        self.ended = time.perf_counter()
+
+    def seconds(self) -> float:
+        """How long its rollouts ran, launch to last trajectory."""
+        return (self.ended or time.perf_counter()) - self.began
+
+
+def _swap_weights(engine: TransformersEngine, policy: Policy, version: int) -> None:
+    """Copy the updated policy into the rollout copy between decoding batches; later batches are
+    `version` (set under the lock, so no batch records an older version for the new weights)."""
+    with engine.changing_weights():
+        policy.sync_generator()
+        engine.policy_version = version
+
+
+def _waited_for_weights(ahead: list[_Batch], since: float, until: float) -> float:
+    """Seconds between `since` and `until` (the update and weight sync) in which every batch the
+    staleness bound let start had ended: generation was idle, waiting for newer weights."""
+    if any(b.ended is None or b.ended > until for b in ahead):
+        return 0.0
+    idle_from = max([since, *(b.ended for b in ahead if b.ended is not None)])
+    return max(0.0, until - idle_from)
+
+
+def call_staleness(trajectories: list[Trajectory], current: int) -> list[int]:
+    """How many updates old the weights that sampled each call were, at weights `current` (calls
+    without a recorded version left out)."""
+    return [
+        current - call.policy_version
+        for trajectory in trajectories
+        for call in trajectory.calls
+        if call.policy_version is not None
+    ]
+
+
+def sample_staleness(samples: list[Sample], trajectories: list[Trajectory], current: int) -> list[list[int]]:
+    """Per sample, per token: the staleness of the call that sampled it (`call_staleness`); -1 on
+    tokens no call sampled, or whose call recorded no version."""
+    calls = {(t.trajectory_id, c.index): c for t in trajectories for c in t.calls}
+    out = []
+    for sample in samples:
+        tokens = [-1] * len(sample.input_ids)
+        for begin, end, index in sample.response_spans:
+            version = calls[(sample.trajectory_id, index)].policy_version
+            if version is not None:
+                tokens[begin:end] = [current - version] * (end - begin)
+        out.append(tokens)
+    return out
+
+
+def staleness_metrics(staleness: list[int], bound: int) -> dict[str, float]:
+    """`async/staleness_mean`, `_max`, and the share of calls at each staleness 0..`bound`."""
+    if not staleness:
+        return {}
+    metrics = {"async/staleness_mean": sum(staleness) / len(staleness), "async/staleness_max": max(staleness)}
+    for k in range(bound + 1):
+        metrics[f"async/calls_stale_{k}"] = staleness.count(k) / len(staleness)
+    return metrics

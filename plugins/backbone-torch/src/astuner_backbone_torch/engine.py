@@ -105,6 +105,9 @@ class TransformersEngine:
         # Training and generation share the weights; the trainer holds this
         # lock (through `changing_weights`) so no batch sees a half-updated model.
         self.weights_lock = threading.Lock()
+        # Set while a weight change waits for the lock: a running batch then admits no more requests,
+        # so it ends and the change goes in (rollouts running during an update would keep it going).
+        self._weights_waiting = threading.Event()
         self.adapter_names = frozenset(adapters)
         # Decoding steps on fused, packed weight copies (CPU, Llama-shaped models, no adapters).
         self.decoder = packed_decoder(model) if self.settings.packed_decoding and not adapters else None
@@ -152,15 +155,20 @@ class TransformersEngine:
     @contextlib.contextmanager
     def changing_weights(self) -> Iterator[None]:
         """Hold generation off while the weights change; stored keys and values, and the packed
-        decoder's weight copies, are stale after."""
-        with self.weights_lock:
-            try:
-                yield
-            finally:
-                for store in self._prefix_stores.values():
-                    store.clear()
-                if self.decoder is not None:
-                    self.decoder.invalidate()
+        decoder's weight copies, are stale after. A batch decoding when it is asked for takes no
+        new requests and finishes its rows first; the requests left queued run on the new weights."""
+        self._weights_waiting.set()
+        try:
+            with self.weights_lock:
+                try:
+                    yield
+                finally:
+                    for store in self._prefix_stores.values():
+                        store.clear()
+                    if self.decoder is not None:
+                        self.decoder.invalidate()
+        finally:
+            self._weights_waiting.clear()
 
     async def weights_updated(self, version: int) -> None:
         """The trainer changed the weights in place (they are shared): later batches are `version`."""
@@ -255,7 +263,8 @@ class TransformersEngine:
                     running.step()
                     room = self.settings.max_batch_size - len(running)
                     joining = []
-                    if self.settings.continuous_batching and room > 0 and running.can_join:
+                    joins = self.settings.continuous_batching and not self._weights_waiting.is_set()
+                    if joins and room > 0 and running.can_join:
                         joining = self._take(batch[0].batch_key, room)
         except Exception as exc:  # one bad batch fails its requests, not the engine
             for request in admitted:

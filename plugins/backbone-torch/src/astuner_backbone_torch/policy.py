@@ -7,8 +7,10 @@
 - The **rollout copy** is what the engine generates with: a bfloat16 copy
   where bfloat16 decodes faster (GPUs; CPUs where `dtype_probe` measured
   it), synced from the policy after every update; or the policy itself
-  when both dtypes are float32. With rollouts on a vLLM server there is no
-  copy: the server holds it.
+  when both dtypes are float32, unless rollouts run while the policy
+  trains (`trainer_common.max_staleness` > 0: generation must read weights
+  the update does not touch, so there is always a copy). With rollouts on a
+  vLLM server there is no copy: the server holds it.
 - The **reference** (only when a KL loss is used) is the initial model:
   a frozen copy, or, with LoRA, the policy with its adapters switched off.
 
@@ -125,11 +127,14 @@ class Policy:
         need_reference: bool,
         weights: Path | None = None,
         need_generator: bool = True,
+        own_generator: bool = False,
     ) -> Policy:
         """Build the models from `model.path`, or from a checkpoint folder `weights` when resuming.
 
         `plan`: the run's agents and their adapters (`agent_plan`; `AgentPlan()` for none).
         `need_generator=False` (rollouts on a server) makes no rollout copy: `generator` is the policy.
+        `own_generator`: a rollout copy even where its dtype is the policy's (asynchronous rollouts
+        generate while the policy's weights change).
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -151,7 +156,7 @@ class Policy:
         model.to(device)
         if settings.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        copies = need_generator and gen_dtype != torch.float32
+        copies = need_generator and (gen_dtype != torch.float32 or own_generator)
         generator = copy.deepcopy(model).to(gen_dtype) if copies else model
         generator.eval()
         reference = None

@@ -52,7 +52,7 @@ import torch
 from astuner.api import get_logger
 from astuner.training import Sample
 from astuner_backbone_torch.batching import MicroBatch, make_micro_batches
-from astuner_backbone_torch.learners import Learner, UpdateStats
+from astuner_backbone_torch.learners import Learner, Mismatch, UpdateStats
 from astuner_backbone_torch.losses import (
     StepNorm,
     aggregate,
@@ -240,7 +240,14 @@ class PolicyTrainer:
         nll = token_nll(logprobs)
         return aggregate(nll, batch.mask, LIKELIHOOD_AGG_MODE, norm), {"nll": nll, "entropy": entropy}
 
-    def update(self, samples: Sequence[Sample], objective: Objective = "policy_gradient") -> dict[str, float]:
+    def update(
+        self,
+        samples: Sequence[Sample],
+        objective: Objective = "policy_gradient",
+        *,
+        sync_generator: bool = True,
+        staleness: Sequence[Sequence[int]] | None = None,
+    ) -> dict[str, float]:
         """Train on a step's samples; returns the step's training metrics.
 
         `objective`: `policy_gradient` (the policy loss on the samples' advantages,
@@ -250,19 +257,32 @@ class PolicyTrainer:
         samples (`sample.agent_name`); the metrics are the totals and, per
         adapter, its own under `<agent>/`; `samples_without_adapter` counts
         samples of agents that train no adapter (skipped).
+
+        `sync_generator=False` leaves the rollout copy as it was: asynchronous rollouts generate from
+        it during the update, and the caller syncs it when no batch runs (`Policy.sync_generator`).
+        `staleness`: per sample, per token (as `input_ids`), how many updates old the weights that
+        sampled it were (-1 where nothing was sampled); given, the gap to the engine's log-probs is
+        also reported by staleness (`rollout_logprob_gap/stale_<k>`).
         """
         self.policy.model.train()
         stats: dict[str | None, UpdateStats] = {}
+        stale_of = (
+            {id(x): list(s) for x, s in zip(samples, staleness, strict=True)}
+            if staleness is not None
+            else None
+        )
+        gaps: dict[int, Mismatch] = {}
         if None in self.learners:
-            stats[None] = self._learn(self.learners[None], samples, objective)
+            stats[None] = self._learn(self.learners[None], samples, objective, stale_of, gaps)
         else:
             for name in self.policy.trained:
                 own = [x for x in samples if x.agent_name == name]
                 if own:
                     with self.policy.training_adapter(name):
-                        stats[name] = self._learn(self.learners[name], own, objective)
+                        stats[name] = self._learn(self.learners[name], own, objective, stale_of, gaps)
         self.policy.model.eval()
-        self.policy.sync_generator()
+        if sync_generator:
+            self.policy.sync_generator()
         total = UpdateStats()
         for part in stats.values():
             total.merge(part)
@@ -271,20 +291,35 @@ class PolicyTrainer:
             metrics["samples_without_adapter"] = sum(1 for x in samples if x.agent_name not in self.learners)
             for name, part in stats.items():
                 metrics.update({f"{name}/{key}": value for key, value in part.metrics().items()})
+        for k, gap in sorted(gaps.items()):
+            if gap.tokens:
+                metrics[f"rollout_logprob_gap/stale_{k}"] = gap.abs_gap / gap.tokens
         return metrics
 
-    def _learn(self, learner: Learner, samples: Sequence[Sample], objective: Objective) -> UpdateStats:
-        """`mini_batch_num` optimizer steps of `learner` on `samples`, the model as it is set up to run."""
+    def _learn(
+        self,
+        learner: Learner,
+        samples: Sequence[Sample],
+        objective: Objective,
+        stale_of: dict[int, list[int]] | None = None,
+        gaps: dict[int, Mismatch] | None = None,
+    ) -> UpdateStats:
+        """`mini_batch_num` optimizer steps of `learner` on `samples`, the model as it is set up to run.
+
+        `stale_of` (per-token staleness by `id(sample)`) and `gaps` (filled by staleness): see `update`.
+        """
         s = self.settings
         stats = UpdateStats(tokens_trained=sum(sum(x.loss_mask[1:]) for x in samples))
         share = s.share_prompt_prefix and self._shares_prefix(self.policy.model)
         parts = []
+        batch_samples: dict[int, list[Sample]] = {}
         for part in _split(list(samples), s.mini_batch_num):
             carrying = [x for x in part if objective == "likelihood" or self._carries_gradient(x)]
             stats.counts["skipped_samples"] += len(part) - len(carrying)
             batches = make_micro_batches(
                 carrying, s.max_tokens, self.pad_id, share_prefix=share, temperature=s.temperature
             )
+            batch_samples.update({id(b): carrying for b in batches})
             parts.append((sample_norm(part), batches))
         # Importance weights compare the engine with the weights the update started from; optimizer
         # steps after the first need those log-probs computed before the first.
@@ -297,6 +332,7 @@ class PolicyTrainer:
             learner.optimizer.zero_grad(set_to_none=True)
             for index, batch in enumerate(batches, 1):
                 _progress(index, len(batches), number, len(parts), batch.real_tokens, began)
+                of_batch = batch_samples[id(batch)]
                 batch = batch.to(self.policy.device)
                 if objective == "likelihood":
                     loss, batch_stats = self.likelihood_loss(batch, norm)
@@ -308,6 +344,11 @@ class PolicyTrainer:
                     trainer_at_start = trainer_now if number == 1 else at_start
                     if batch.old_logprobs is not None and trainer_at_start is not None:
                         stats.mismatch.add(trainer_at_start, batch.old_logprobs, batch.mask)
+                        if stale_of is not None and gaps is not None:
+                            stale = _batch_staleness(batch, of_batch, stale_of)
+                            for k in sorted({int(v) for v in stale[batch.mask > 0].tolist()}):
+                                at_k = batch.mask * (stale == k)
+                                gaps.setdefault(k, Mismatch()).add(trainer_at_start, batch.old_logprobs, at_k)
                 loss.backward()
                 stats.totals.add(batch.mask, **batch_stats)
                 stats.counts["loss"] += float(loss.detach())
@@ -360,6 +401,23 @@ def _progress(index: int, count: int, part: int, parts: int, tokens: int, began:
         elapsed_s=round(time.perf_counter() - began, 1),
         **where,
     )
+
+
+def _batch_staleness(
+    batch: MicroBatch, samples: Sequence[Sample], stale_of: dict[int, list[int]]
+) -> torch.Tensor:
+    """The staleness of each target column of `batch` `(B, L-1)`, -1 where none (see `update`).
+
+    Row `r` holds sample `samples[batch.indices[r]]` from its token `p` (the shared prefix's length)
+    on, right-padded; target column `t` is its token `p + t + 1`.
+    """
+    rows, columns = batch.mask.shape
+    out = torch.full((rows, columns), -1, dtype=torch.long)
+    first = batch.prefix_length + 1
+    for r, index in enumerate(batch.indices):
+        tokens = stale_of[id(samples[index])][first : first + columns]
+        out[r, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+    return out.to(batch.mask.device)
 
 
 def sample_norm(samples: Sequence[Sample]) -> StepNorm:

@@ -1,0 +1,215 @@
+"""Asynchronous rollouts (`trainer_common.max_staleness`): the config's refusal, the per-call staleness the
+update weighs and reports, and a tiny run that stays within its bound and resumes at the right tasks."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import astuner_backbone_torch.plugin as torch_plugin  # noqa: E402
+from astuner_backbone_torch.backbone import (  # noqa: E402
+    call_staleness,
+    refuse_unsupported_staleness,
+    sample_staleness,
+    staleness_metrics,
+)
+from astuner_backbone_torch.batching import make_micro_batches  # noqa: E402
+from astuner_backbone_torch.losses import step_norm  # noqa: E402
+from test_backbone_run import HERE, run_folders, write_conf  # noqa: E402
+from test_trainer import fixed_batch, make_trainer, with_old_logprobs  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from astuner.cli import make_app  # noqa: E402
+from astuner.config import load_config  # noqa: E402
+from astuner.core.merge import merge_calls  # noqa: E402
+from astuner.core.trajectory import LLMCall, Sample, Trajectory  # noqa: E402
+from astuner.errors import ConfigError  # noqa: E402
+from astuner.record import read_trajectories  # noqa: E402
+
+CORRECTED = "trainer_common.algorithm.rollout_correction.rollout_is=token"
+
+
+def test_staleness_without_importance_sampling_is_refused_naming_both_keys() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, ["trainer_common.max_staleness=1"], environ={})
+    message = str(caught.value)
+    assert "trainer_common.max_staleness" in message
+    assert "trainer_common.algorithm.rollout_correction.rollout_is" in message
+    assert load_config(None, ["trainer_common.max_staleness=2", CORRECTED], environ={})
+    assert load_config(None, [], environ={}).trainer_common.max_staleness == 0
+
+
+@pytest.mark.parametrize(
+    ("override", "named"), [("rollout.engine=vllm", "rollout.engine: vllm"), ("rollout.executor=ray", "ray")]
+)
+def test_staleness_on_what_cannot_run_asynchronously_yet_is_refused(override: str, named: str) -> None:
+    config = load_config(None, ["trainer_common.max_staleness=1", CORRECTED, override], environ={})
+    with pytest.raises(ConfigError, match="not supported") as caught:
+        refuse_unsupported_staleness(config)
+    assert named in str(caught.value)
+    refuse_unsupported_staleness(load_config(None, [override], environ={}))  # synchronous: fine
+
+
+def two_call_trajectory() -> Trajectory:
+    """One rollout whose first call was sampled by weights 0 and its second (after a swap) by 1."""
+    p1, r1 = [5, 6, 7], [8, 9]
+    p2, r2 = [*p1, *r1, 10, 11], [12, 13, 14]
+    return Trajectory(
+        trajectory_id="t",
+        calls=[
+            LLMCall(
+                index=0, prompt_ids=p1, response_ids=r1, response_logprobs=[-1.0, -1.0], policy_version=0
+            ),
+            LLMCall(index=1, prompt_ids=p2, response_ids=r2, response_logprobs=[-1.0] * 3, policy_version=1),
+        ],
+    )
+
+
+def test_each_token_gets_the_staleness_of_the_call_that_sampled_it() -> None:
+    trajectory = two_call_trajectory()
+    samples, _ = merge_calls(trajectory.calls, trajectory_id="t")
+    assert call_staleness([trajectory], 1) == [1, 0]
+    (tokens,) = sample_staleness(samples, [trajectory], 1)
+    assert tokens == [-1, -1, -1, 1, 1, -1, -1, 0, 0, 0]
+    metrics = staleness_metrics([1, 0, 0, 0], 2)
+    assert metrics["async/staleness_mean"] == 0.25 and metrics["async/staleness_max"] == 1
+    assert [metrics[f"async/calls_stale_{k}"] for k in range(3)] == [0.75, 0.25, 0.0]
+
+
+def one_fresh_one_stale_call(trainer) -> tuple[Sample, list[int]]:
+    """A sample of two calls: the engine agrees with the trainer on the first (fresh), and is 4x less
+    likely on the second (sampled by older weights); and its per-token staleness."""
+    first, second = with_old_logprobs(trainer, fixed_batch()[:1])[0], fixed_batch()[1]
+    ids = first.input_ids + second.input_ids
+    mask = first.loss_mask + second.loss_mask
+    sample = Sample(input_ids=ids, loss_mask=mask, advantages=first.advantages + second.advantages)
+    (batch,) = make_micro_batches([sample], 10_000, trainer.pad_id)
+    with torch.no_grad():
+        trainer_lp = [0.0, *trainer.logprobs(trainer.policy.model, batch)[0][0].tolist()]
+    start = len(first.input_ids)
+    engine = [
+        lp - (math.log(4) if i >= start else 0.0) * m
+        for i, (lp, m) in enumerate(zip(trainer_lp, mask, strict=True))
+    ]
+    staleness = [(1 if i >= start else 0) if m else -1 for i, m in enumerate(mask)]
+    return sample.model_copy(update={"old_logprobs": engine}), staleness
+
+
+def test_importance_weights_correct_the_stale_call_and_leave_the_fresh_one(tiny_model_dir: Path) -> None:
+    trainer = make_trainer(tiny_model_dir, rollout_is="token", rollout_is_threshold=10.0)
+    sample, staleness = one_fresh_one_stale_call(trainer)
+    (batch,) = make_micro_batches([sample], 10_000, trainer.pad_id)
+    with torch.no_grad():
+        _, stats = trainer.loss(batch, step_norm([batch.mask]))
+    weights = stats["rollout_is_weight"][0]
+    stale = torch.tensor(staleness[1:])
+    assert torch.allclose(weights[stale == 0], torch.ones(int((stale == 0).sum())), atol=1e-5)
+    assert torch.allclose(weights[stale == 1], torch.full((int((stale == 1).sum()),), 4.0), rtol=1e-4)
+
+    metrics = trainer.update([sample], staleness=[staleness])
+    assert metrics["rollout_logprob_gap/stale_0"] == pytest.approx(0.0, abs=1e-5)
+    assert metrics["rollout_logprob_gap/stale_1"] == pytest.approx(math.log(4), abs=1e-4)
+    assert "rollout_logprob_gap/stale_0" not in trainer.update([sample])  # reported only when asked
+
+
+def metrics_of(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def tasks_of(run: Path, step: int) -> list[str]:
+    return sorted(t.task_id for t in read_trajectories(run / "rollouts" / f"step_{step}.jsonl"))
+
+
+@pytest.mark.slow
+def test_a_run_one_step_stale_keeps_its_bound_and_resumes_at_the_next_step_with_its_tasks(
+    plugins, workdir: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three steps, a checkpoint after step 2 while step 3's rollouts were already under way; resuming from
+    it runs step 3 alone, on the same tasks, from the checkpoint's weights."""
+    plugins.add(torch_plugin, name="backbone_torch")
+    monkeypatch.syspath_prepend(str(HERE))
+    conf = write_conf(
+        workdir,
+        tiny_model_dir,
+        "stale",
+        trainer_common={"total_training_steps": 3, "save_freq": 2, "test_freq": 10, "max_staleness": 1},
+    )
+    app = make_app(plugins)
+    result = CliRunner().invoke(app, ["run", "--conf", str(conf), "--backbone", "torch", "-o", CORRECTED])
+    assert result.exit_code == 0, result.output
+    (run,) = run_folders(workdir, "stale")
+    records = metrics_of(run)
+    assert [r["step"] for r in records] == [1, 2, 3]
+    for record in records:
+        assert record["async/staleness_max"] <= 1
+        assert record["async/calls_stale_0"] + record["async/calls_stale_1"] == pytest.approx(1.0)
+        assert record["timing/wait_rollout_s"] >= 0 and record["timing/wait_weights_s"] >= 0
+    assert records[0]["async/staleness_max"] == 0  # nothing older than the initial weights
+    # Step 2's batch started with step 1's, before the first update: its first calls are one update old.
+    assert records[1]["async/calls_stale_1"] > 0
+    assert "actor/rollout_logprob_gap/stale_1" in records[1]
+    for step in (2, 3):
+        versions = {
+            c.policy_version
+            for t in read_trajectories(run / "rollouts" / f"step_{step}.jsonl")
+            for c in t.calls
+        }
+        assert versions <= {step - 2, step - 1}
+    checkpoint = run / "checkpoints" / "step_2"
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    assert state["data"] == {"epoch": 0, "batch": 2}  # after step 2's batch, not step 3's drawn ahead
+
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "--conf",
+            str(conf),
+            "--backbone",
+            "torch",
+            "-o",
+            CORRECTED,
+            "-o",
+            f"trainer_common.resume={checkpoint}",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    resumed = next(p for p in run_folders(workdir, "stale") if p != run)
+    assert [r["step"] for r in metrics_of(resumed)] == [3]
+    assert tasks_of(resumed, 3) == tasks_of(run, 3)
+    step_3 = read_trajectories(resumed / "rollouts" / "step_3.jsonl")
+    assert {c.policy_version for t in step_3 for c in t.calls} == {2}  # the checkpoint's weights
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"model": {"lora": {"rank": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}}},
+        {
+            "agents": {"wolf": {"lora": {"rank": 4}}, "seer": {"lora": {"rank": 4}}},
+            "rollout": {"agentscope_workflow": "tiny_workflows->TwoAgents", "num_repeat": 2},
+        },
+    ],
+    ids=["lora", "agent_adapters"],
+)
+def test_adapters_train_one_step_stale_from_their_own_rollout_copy(
+    plugins, workdir: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, extra: dict
+) -> None:
+    pytest.importorskip("peft")
+    plugins.add(torch_plugin, name="backbone_torch")
+    monkeypatch.syspath_prepend(str(HERE))
+    trainer_common = {"max_staleness": 1, "test_freq": 10}
+    conf = write_conf(workdir, tiny_model_dir, "adapters", trainer_common=trainer_common, **extra)
+    result = CliRunner().invoke(
+        make_app(plugins), ["run", "--conf", str(conf), "--backbone", "torch", "-o", CORRECTED]
+    )
+    assert result.exit_code == 0, result.output
+    (run,) = run_folders(workdir, "adapters")
+    records = metrics_of(run)
+    assert [r["step"] for r in records] == [1, 2]
+    assert records[1]["async/calls_stale_1"] > 0 and records[1]["async/staleness_max"] == 1
+    assert all(r["actor/tokens_trained"] > 0 for r in records)
