@@ -1,8 +1,10 @@
 """Asynchronous rollouts (`trainer_common.max_staleness`): the config's refusal, the per-call staleness the
 update weighs and reports, and a tiny run that stays within its bound and resumes at the right tasks."""
 
+import asyncio
 import json
 import math
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,9 +19,11 @@ from astuner_backbone_torch.backbone import (  # noqa: E402
     staleness_metrics,
 )
 from astuner_backbone_torch.batching import make_micro_batches  # noqa: E402
+from astuner_backbone_torch.engine import TransformersEngine, TransformersEngineSettings  # noqa: E402
 from astuner_backbone_torch.losses import step_norm  # noqa: E402
 from test_backbone_run import HERE, run_folders, write_conf  # noqa: E402
 from test_trainer import fixed_batch, make_trainer, with_old_logprobs  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from astuner.cli import make_app  # noqa: E402
@@ -28,6 +32,7 @@ from astuner.core.merge import merge_calls  # noqa: E402
 from astuner.core.trajectory import LLMCall, Sample, Trajectory  # noqa: E402
 from astuner.errors import ConfigError  # noqa: E402
 from astuner.record import read_trajectories  # noqa: E402
+from astuner.rollout.engine import SamplingParams  # noqa: E402
 
 CORRECTED = "trainer_common.algorithm.rollout_correction.rollout_is=token"
 
@@ -51,6 +56,36 @@ def test_staleness_on_what_cannot_run_asynchronously_yet_is_refused(override: st
         refuse_unsupported_staleness(config)
     assert named in str(caught.value)
     refuse_unsupported_staleness(load_config(None, [override], environ={}))  # synchronous: fine
+
+
+def test_a_request_arriving_while_weights_wait_runs_on_the_new_ones(tiny_model_dir: Path) -> None:
+    """A running batch admits no request once a weight swap waits for it: it ends, the swap goes in,
+    and the late request is sampled by the new version (it would otherwise join and hold the swap off)."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    engine = TransformersEngine(model, TransformersEngineSettings(batch_wait_ms=0, continuous_batching=True))
+    engine.eos_ids = ()  # the long reply runs its whole budget
+
+    def swap() -> None:
+        with engine.changing_weights():
+            engine.policy_version = 1
+
+    async def scenario():
+        long = asyncio.ensure_future(
+            engine.generate([5, 17, 42], SamplingParams(temperature=0.0, max_tokens=400))
+        )
+        while engine.batches_run == 0:
+            await asyncio.sleep(0.001)
+        swapping = threading.Thread(target=swap)
+        swapping.start()
+        while not engine._weights_waiting.is_set():
+            await asyncio.sleep(0.001)
+        late = await engine.generate([9, 9, 9], SamplingParams(temperature=0.0, max_tokens=3))
+        swapping.join()
+        return await long, late
+
+    long, late = asyncio.run(scenario())
+    assert (long.policy_version, late.policy_version) == (0, 1)
+    assert long.finish_reason == "length" and engine.batches_run == 2
 
 
 def two_call_trajectory() -> Trajectory:
