@@ -1,15 +1,16 @@
 """The order desk's parts: the orders (a reader), the roles, their tools and the hand-off.
 
-An order is "37 boxes at 412 cents each, shipping 658 cents". Three roles
-work it in turn, each seeing only what the one before handed over:
+A customer writes "Hello! Please send thirty-seven boxes at 412 cents each.
+Shipping is 658 cents." Three roles work the order in turn, each seeing only
+what the one before handed over:
 
-- the `pricer` prices the boxes with the `multiply` tool: 37 x 412;
-- the `cashier` adds the shipping to the pricer's figure with the `add` tool;
-- the `clerk` writes the receipt line for the customer, in dollars.
+- the `clerk` takes the order down as a ticket, in digits: "Ticket: 37 boxes x 412 cents";
+- the `pricer` prices the ticket's boxes with the `multiply` tool: 37 x 412;
+- the `cashier` adds the shipping to the pricer's figure with the `add` tool.
 
 The numbers are ones SmolLM2-135M gets wrong by heart (3-digit by 2-digit
-products, 5-digit sums) and right by calling its tool; cents to dollars is a
-format, no tool. Each role's conversation opens with one worked exchange of
+products, 5-digit sums) and right by calling its tool; the ticket is
+reading and a format, no tool. Each role's conversation opens with one worked exchange of
 its own (`Role.demonstration`), so the base model sometimes does its part at
 the training temperature: a signal to learn from, without a warm start.
 """
@@ -28,15 +29,37 @@ from astuner import Task
 _INTEGER = re.compile(r"-?\d+(?:,\d{3})*")
 
 
-def last_integer(text: str) -> int | None:
-    """The last integer written in `text` ("15,244" read as 15244), None when there is none."""
-    found = _INTEGER.findall(text)
-    return int(found[-1].replace(",", "")) if found else None
+_ONES = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+_TEENS = [
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+]
+_TENS = ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
 
 
-def dollars(cents: int) -> str:
-    """How the receipt writes `cents`: 15302 -> "$153.02"."""
-    return f"${cents // 100}.{cents % 100:02d}"
+def in_words(n: int) -> str:
+    """`n` (1-99) as the customer writes it: 37 -> "thirty-seven"."""
+    if not 1 <= n <= 99:
+        raise ValueError(f"{n} is not between 1 and 99")
+    if n < 10:
+        return _ONES[n - 1]
+    if n < 20:
+        return _TEENS[n - 10]
+    tens, ones = divmod(n, 10)
+    return _TENS[tens - 2] + (f"-{_ONES[ones - 1]}" if ones else "")
+
+
+def integers(text: str) -> list[int]:
+    """The integers written in `text`, in order ("15,244" read as 15244)."""
+    return [int(found.replace(",", "")) for found in _INTEGER.findall(text)]
 
 
 def _integers(**values: Any) -> None:
@@ -111,6 +134,13 @@ class Role:
 
 
 ROLES: dict[str, Role] = {
+    "clerk": Role(
+        system="You take orders. Reply with one line: Ticket: <boxes> boxes x <price> cents",
+        tool=None,
+        demo_question="Hello! Please send twenty-four boxes at 305 cents each. Shipping is 415 cents.",
+        demo_arguments=None,
+        demo_answer="Ticket: 24 boxes x 305 cents",
+    ),
     "pricer": Role(
         system="You price orders. Multiply with the multiply tool, "
         "then reply with the price in cents as a number.",
@@ -125,13 +155,6 @@ ROLES: dict[str, Role] = {
         demo_question="The boxes cost 7320 cents and shipping costs 415 cents. What is the total?",
         demo_arguments=(7320, 415),
         demo_answer="The total is 7735 cents.",
-    ),
-    "clerk": Role(
-        system="You write receipts. Reply with one line: Total: $<dollars>.<cents>",
-        tool=None,
-        demo_question="The total is 7735 cents. Write the receipt line.",
-        demo_arguments=None,
-        demo_answer="Total: $77.35",
     ),
 }
 """The roles in the order they work an order."""
@@ -161,7 +184,7 @@ class OrderReader:
             items = order(seed)
             yield Task(
                 task_id=f"order-{seed}",
-                main_query=f"{items['boxes']} boxes at {items['price']} cents each, "
-                f"shipping {items['shipping']} cents.",
+                main_query=f"Hello! Please send {in_words(items['boxes'])} boxes at {items['price']} "
+                f"cents each. Shipping is {items['shipping']} cents.",
                 metadata=items,
             )

@@ -3,12 +3,15 @@
 Each role talks to its own handle, `model_tuner.for_agent(role).openai_client()`,
 so its calls are tagged with its name: with `agents.<role>.lora` each role
 generates with (and trains) an adapter of its own. A role hears only what the
-role before it handed over (its last number), never the others' chats; a role
-whose input never came (the one before wrote no number) does not work.
+role before it handed over, never the others' chats: the clerk reads the
+customer's message and hands on the ticket's first two numbers (boxes, price
+per box), the pricer the last number of its answer (the price of the boxes).
+A role whose input never came (the one before wrote too few numbers) does not
+work.
 
 The output's metadata holds the order and, per role that worked, what it was
-asked, what it answered, the number it handed on and how many tool calls ran:
-the judge (judge.py) scores each role from that.
+asked, what it answered, what it was given, what it handed on and how many
+tool calls ran: the judge (judge.py) scores each role from that.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from desk import ROLES, Role, dollars, last_integer
+from desk import ROLES, Role, integers
 
 from astuner import ModelTuner, Workflow, WorkflowOutput, WorkflowTask
 
@@ -26,10 +29,11 @@ MAX_TURNS = 2
 MODEL = "policy"
 
 
-def run_tool(role: Role, arguments: str) -> str:
+def run_tool(role: Role, name: str, arguments: str) -> str:
     """One tool call's result as the tool message's content; a bad call gets the error as its result."""
     try:
-        assert role.tool is not None
+        if role.tool is None or name != role.tool.__name__:
+            raise ValueError(f"Tool {name} not found.")
         result = role.tool(**json.loads(arguments))
     except Exception as exc:  # the model's mistake is the tool's answer, never the rollout's end
         return str({"error": str(exc)})
@@ -53,50 +57,44 @@ async def work(model_tuner: ModelTuner, name: str, question: str) -> dict[str, A
         calls = [call.model_dump() for call in message.tool_calls]
         messages.append({"role": "assistant", "content": message.content, "tool_calls": calls})
         for call in calls:
-            content = (
-                run_tool(role, call["function"]["arguments"])
-                if call["function"]["name"] == role.tool.__name__
-                else str({"error": f"Tool {call['function']['name']} not found."})
-            )
+            function = call["function"]
+            content = run_tool(role, function["name"], function["arguments"])
             messages.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": call["id"],
-                    "name": call["function"]["name"],
-                    "content": content,
-                }
+                {"role": "tool", "tool_call_id": call["id"], "name": function["name"], "content": content}
             )
             tool_calls += 1
-    return {
-        "role": name,
-        "question": question,
-        "answer": text,
-        "number": last_integer(text),
-        "tool_calls": tool_calls,
-    }
+    return {"role": name, "question": question, "answer": text, "tool_calls": tool_calls}
 
 
-def questions(boxes: int, price: int, shipping: int) -> dict[str, Any]:
-    """Each role's question, made from the number the role before handed over."""
-    return {
-        "pricer": lambda _: f"Price {boxes} boxes at {price} cents each.",
-        "cashier": lambda cost: (
-            f"The boxes cost {cost} cents and shipping costs {shipping} cents. What is the total?"
-        ),
-        "clerk": lambda total: f"The total is {total} cents. Write the receipt line.",
-    }
+def handed_on(name: str, answer: str) -> Any:
+    """What role `name` hands on from its `answer`: the clerk the ticket's first two numbers, the
+    others their answer's last number; None when the answer has too few numbers."""
+    numbers = integers(answer)
+    if name == "clerk":
+        return numbers[:2] if len(numbers) >= 2 else None
+    return numbers[-1] if numbers else None
 
 
-async def serve(model_tuner: ModelTuner, boxes: int, price: int, shipping: int) -> list[dict[str, Any]]:
-    """The roles work the order in turn; the chain stops at a role that hands on no number."""
-    handed: int | None = None
+def question(name: str, given: Any, message: str, shipping: int) -> str:
+    """Role `name`'s question, made from what it was given (the clerk: the customer's message)."""
+    if name == "clerk":
+        return message
+    if name == "pricer":
+        boxes, price = given
+        return f"Price {boxes} boxes at {price} cents each."
+    return f"The boxes cost {given} cents and shipping costs {shipping} cents. What is the total?"
+
+
+async def serve(model_tuner: ModelTuner, message: str, shipping: int) -> list[dict[str, Any]]:
+    """The roles work the order in turn; the chain stops at a role that hands on nothing."""
+    given: Any = None
     steps: list[dict[str, Any]] = []
-    for name, ask in questions(boxes, price, shipping).items():
-        step = await work(model_tuner, name, ask(handed))
-        step["given"] = handed
+    for name in ROLES:
+        step = await work(model_tuner, name, question(name, given, message, shipping))
+        step["given"], step["handed"] = given, handed_on(name, step["answer"])
         steps.append(step)
-        handed = step["number"]
-        if handed is None:
+        given = step["handed"]
+        if given is None:
             break
     return steps
 
@@ -105,11 +103,10 @@ class OrderDeskWorkflow(Workflow):
     name: str = "order_desk"
 
     async def execute(self, workflow_task: WorkflowTask, model_tuner: ModelTuner) -> WorkflowOutput:
-        items = workflow_task.task.metadata
-        steps = await serve(model_tuner, items["boxes"], items["price"], items["shipping"])
-        receipt = steps[-1]["answer"] if steps[-1]["role"] == "clerk" else ""
-        total = items["boxes"] * items["price"] + items["shipping"]
+        task = workflow_task.task
+        items = task.metadata
+        steps = await serve(model_tuner, task.main_query, items["shipping"])
+        total = steps[-1]["handed"] if steps[-1]["role"] == "cashier" else None
         return WorkflowOutput(
-            response=receipt,
-            metadata={**items, "steps": steps, "receipt": receipt, "expected": dollars(total)},
+            response=steps[-1]["answer"], metadata={**items, "steps": steps, "total": total}
         )

@@ -2,9 +2,9 @@
 
 The rollouts run the example's own config (reader, judge, SmolLM2's tokenizer
 and tool format) through `rollout_stack` with a scripted engine in place of
-the model: each role answers as a perfect player, or as one that hands on no
-number, so the hand-off, the per-agent tags and the per-role rewards are
-checked without weights.
+the model: each role answers as a perfect player, or the clerk hands on too
+few numbers, so the hand-off, the per-agent tags and the per-role rewards
+are checked without weights.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "order_desk"
 _PRICE = re.compile(r"Price (\d+) boxes at (\d+) cents each\.")
 _TOTAL = re.compile(r"The boxes cost (\d+) cents and shipping costs (\d+) cents\.")
-_RECEIPT = re.compile(r"The total is (\d+) cents\. Write the receipt line\.")
+_ORDER = re.compile(r"Please send ([a-z-]+) boxes at (\d+) cents each\.")
 _RESULT = re.compile(r"Result of (?:multiply|add):\n(.*?)<\|im_end\|>", re.DOTALL)
 
 
@@ -72,23 +72,34 @@ def test_the_config_trains_pricer_and_cashier_each_on_an_adapter(config: Astuner
 
 
 def test_orders_are_seeded_and_the_splits_differ(example: dict[str, ModuleType]) -> None:
-    reader = example["desk"].OrderReader(train_size=50, validation_size=8)
-    first = [task.metadata for task in reader.read("validation")]
-    assert first == [task.metadata for task in reader.read("validation")]
+    desk = example["desk"]
+    reader = desk.OrderReader(train_size=50, validation_size=8)
+    first = list(reader.read("validation"))
+    assert [t.metadata for t in first] == [t.metadata for t in reader.read("validation")]
     train = [task.metadata for task in reader.read("train")]
-    assert len(first) == 8 and not [m for m in first if m in train]
-    for items in first + train:
+    assert len(first) == 8 and not [t for t in first if t.metadata in train]
+    for task in first:
+        items = task.metadata
         assert 11 <= items["boxes"] <= 99 and 101 <= items["price"] <= 999 and 101 <= items["shipping"] <= 999
+        # the customer writes the count in words: the clerk's job is to read it
+        assert task.main_query == (
+            f"Hello! Please send {desk.in_words(items['boxes'])} boxes at {items['price']} cents each. "
+            f"Shipping is {items['shipping']} cents."
+        )
 
 
-def test_tools_numbers_and_dollars(example: dict[str, ModuleType]) -> None:
+def test_tools_numbers_and_words(example: dict[str, ModuleType]) -> None:
     desk = example["desk"]
     assert (desk.multiply(37, 412), desk.add(15244, 658)) == (15244, 15902)
     with pytest.raises(TypeError, match="b must be an integer"):
         desk.add(1, "2")
-    assert desk.last_integer("It costs 15,244 cents.") == 15244 and desk.last_integer("no idea") is None
-    assert (desk.dollars(15902), desk.dollars(7), desk.dollars(100)) == ("$159.02", "$0.07", "$1.00")
+    assert desk.integers("Ticket: 37 boxes x 15,244 cents") == [37, 15244] and desk.integers("none") == []
+    words = [desk.in_words(n) for n in (1, 9, 10, 13, 20, 37, 90, 99)]
+    assert words == ["one", "nine", "ten", "thirteen", "twenty", "thirty-seven", "ninety", "ninety-nine"]
+    with pytest.raises(ValueError, match="not between 1 and 99"):
+        desk.in_words(100)
     pricer, clerk = desk.ROLES["pricer"], desk.ROLES["clerk"]
+    assert list(desk.ROLES) == ["clerk", "pricer", "cashier"]  # the order they work in
     assert [tool["function"]["name"] for tool in pricer.tools] == ["multiply"] and clerk.tools == []
     assert [m["role"] for m in pricer.demonstration()] == ["user", "assistant", "tool", "assistant"]
     assert pricer.demonstration()[2]["content"] == "7320"  # the demonstration's tool result is the tool's
@@ -97,61 +108,45 @@ def test_tools_numbers_and_dollars(example: dict[str, ModuleType]) -> None:
 
 def judged(example: dict[str, ModuleType], steps: list[dict]) -> object:
     items = {"boxes": 37, "price": 412, "shipping": 658}
-    output = WorkflowOutput(
-        response="", metadata={**items, "steps": steps, "receipt": steps[-1]["answer"], "expected": "$159.02"}
-    )
+    total = steps[-1]["handed"] if steps[-1]["role"] == "cashier" else None
+    output = WorkflowOutput(response="", metadata={**items, "steps": steps, "total": total})
     task = Task(task_id="t", main_query="", metadata=items)
     return asyncio.run(example["judge"].OrderDeskJudge().judge(task, output))
 
 
-def step(role: str, given: int | None, answer: str, tool_calls: int = 1) -> dict:
-    number = [int(n) for n in re.findall(r"\d+", answer.replace(",", ""))]
-    return {
-        "role": role,
-        "given": given,
-        "answer": answer,
-        "number": number[-1] if number else None,
-        "tool_calls": tool_calls,
-    }
+def step(role: str, given: object, handed: object, tool_calls: int = 1) -> dict:
+    return {"role": role, "given": given, "handed": handed, "answer": "", "tool_calls": tool_calls}
 
 
 def test_each_role_is_credited_for_its_own_part(example: dict[str, ModuleType]) -> None:
     perfect = judged(
         example,
-        [
-            step("pricer", None, "15244"),
-            step("cashier", 15244, "15902"),
-            step("clerk", 15902, "Total: $159.02", 0),
-        ],
+        [step("clerk", None, [37, 412], 0), step("pricer", [37, 412], 15244), step("cashier", 15244, 15902)],
     )
-    assert perfect.reward == {"pricer": 1.0, "cashier": 1.0, "clerk": 1.0} and perfect.is_success
+    assert perfect.reward == {"clerk": 1.0, "pricer": 1.0, "cashier": 1.0} and perfect.is_success
     assert perfect.metrics["order_right"] == 1.0 and perfect.metrics["agent/clerk/correct"] == 1.0
-    # a wrong price handed on: the cashier that adds it right and the clerk that writes it right keep
-    # their reward; the order is wrong
-    wrong_price = judged(
+    # a misread count handed on: the pricer and the cashier that work it right keep their reward; the
+    # order is wrong
+    misread = judged(
         example,
         [
-            step("pricer", None, "15000", 0),
-            step("cashier", 15000, "15658"),
-            step("clerk", 15658, "Total: $156.58", 0),
+            step("clerk", None, [73, 412], 0),
+            step("pricer", [73, 412], 30076, 0),
+            step("cashier", 30076, 30734),
         ],
     )
-    assert wrong_price.reward == {"pricer": 0.0, "cashier": 1.0, "clerk": 1.0}
-    assert not wrong_price.is_success and wrong_price.metrics["order_right"] == 0.0
-    assert wrong_price.metrics["agent/pricer/tool_call_rate"] == 0.0
-    assert wrong_price.metrics["agent/cashier/tool_call_rate"] == 1.0
-    assert "agent/clerk/tool_call_rate" not in wrong_price.metrics  # the clerk has no tool
-    cents_as_dollars = judged(
+    assert misread.reward == {"clerk": 0.0, "pricer": 1.0, "cashier": 1.0}
+    assert not misread.is_success and misread.metrics["order_right"] == 0.0
+    assert misread.metrics["agent/pricer/tool_call_rate"] == 0.0
+    assert misread.metrics["agent/cashier/tool_call_rate"] == 1.0
+    assert "agent/clerk/tool_call_rate" not in misread.metrics  # the clerk has no tool
+    wrong_sum = judged(
         example,
-        [
-            step("pricer", None, "15244"),
-            step("cashier", 15244, "15902"),
-            step("clerk", 15902, "Total: $15902", 0),
-        ],
+        [step("clerk", None, [37, 412], 0), step("pricer", [37, 412], 15244), step("cashier", 15244, 15244)],
     )
-    assert cents_as_dollars.reward["clerk"] == 0.0 and not cents_as_dollars.is_success
-    stopped = judged(example, [step("pricer", None, "I do not know.", 0)])
-    assert stopped.reward == {"pricer": 0.0} and stopped.metrics["roles_reached"] == 1.0
+    assert wrong_sum.reward == {"clerk": 1.0, "pricer": 1.0, "cashier": 0.0} and not wrong_sum.is_success
+    stopped = judged(example, [step("clerk", None, None, 0)])
+    assert stopped.reward == {"clerk": 0.0} and stopped.metrics["roles_reached"] == 1.0
 
 
 def _answer(prompt: str, pattern: re.Pattern[str], tool: str, work: Callable[[int, int], int]) -> str:
@@ -165,18 +160,23 @@ def _answer(prompt: str, pattern: re.Pattern[str], tool: str, work: Callable[[in
     return f"That is {results[-1]} cents."
 
 
-def perfect_team(prompt: str) -> str:
-    if "You price orders." in prompt:
-        return _answer(prompt, _PRICE, "multiply", lambda a, b: a * b)
-    if "You total bills." in prompt:
-        return _answer(prompt, _TOTAL, "add", lambda a, b: a + b)
-    total = int(_RECEIPT.findall(prompt)[-1])
-    return f"Total: ${total // 100}.{total % 100:02d}"
+def perfect_team(desk: ModuleType) -> Callable[[str], str]:
+    counts = {desk.in_words(n): n for n in range(1, 100)}
+
+    def respond(prompt: str) -> str:
+        if "You price orders." in prompt:
+            return _answer(prompt, _PRICE, "multiply", lambda a, b: a * b)
+        if "You total bills." in prompt:
+            return _answer(prompt, _TOTAL, "add", lambda a, b: a + b)
+        *_, (count, price) = _ORDER.findall(prompt)
+        return f"Ticket: {counts[count]} boxes x {price} cents"
+
+    return respond
 
 
-def speechless_pricer(prompt: str) -> str:
-    assert "You price orders." in prompt  # nobody else is asked: the chain stops
-    return "Boxes are nice."
+def clerk_without_numbers(prompt: str) -> str:
+    assert "You take orders." in prompt  # nobody else is asked: the chain stops
+    return "Ticket: many boxes x 305 cents"
 
 
 def run_order(config: AstunerConfig, tokenizer: ChatTokenizer, respond: Callable[[str], str]) -> Trajectory:
@@ -194,37 +194,39 @@ def run_order(config: AstunerConfig, tokenizer: ChatTokenizer, respond: Callable
 
 
 def test_a_perfect_team_hands_each_number_on_and_every_role_is_rewarded(
-    config: AstunerConfig, smollm2: ChatTokenizer
+    example: dict[str, ModuleType], config: AstunerConfig, smollm2: ChatTokenizer
 ) -> None:
-    trajectory = run_order(config, smollm2, perfect_team)
+    trajectory = run_order(config, smollm2, perfect_team(example["desk"]))
     items = trajectory.metadata["task"]["metadata"]
     cost = items["boxes"] * items["price"]
-    assert trajectory.agent_rewards == {"pricer": 1.0, "cashier": 1.0, "clerk": 1.0} and trajectory.is_success
-    # each role's calls carry its name: a tool role's two (the call, the answer), the clerk's one
+    assert trajectory.agent_rewards == {"clerk": 1.0, "pricer": 1.0, "cashier": 1.0} and trajectory.is_success
+    # each role's calls carry its name: the clerk's one, a tool role's two (the call, the answer)
     assert [call.agent_name for call in trajectory.calls] == [
-        "pricer",
-        "pricer",
-        "cashier",
-        "cashier",
         "clerk",
+        "pricer",
+        "pricer",
+        "cashier",
+        "cashier",
     ]
     prompts = [smollm2.decode(call.prompt_ids) for call in trajectory.calls]
-    assert '"name": "multiply"' in prompts[0] and '"name": "add"' not in prompts[0]
-    assert '"name": "add"' in prompts[2] and '"name": "multiply"' not in prompts[2]
-    assert "You can use these tools" not in prompts[4]  # the clerk has none
-    assert f"Result of multiply:\n{cost}" in prompts[1]
+    assert "You can use these tools" not in prompts[0]  # the clerk has none
+    assert '"name": "multiply"' in prompts[1] and '"name": "add"' not in prompts[1]
+    assert '"name": "add"' in prompts[3] and '"name": "multiply"' not in prompts[3]
+    assert f"Price {items['boxes']} boxes at {items['price']} cents each." in prompts[1]
+    assert f"Result of multiply:\n{cost}" in prompts[2]
     # a role hears only what the one before handed on, never the others' chats
-    assert f"The boxes cost {cost} cents and shipping costs {items['shipping']} cents." in prompts[2]
-    assert "You price orders." not in prompts[2] and "Result of add" not in prompts[4]
+    assert f"The boxes cost {cost} cents and shipping costs {items['shipping']} cents." in prompts[3]
+    assert "Please send" not in prompts[1].split("<|im_start|>user")[-1]
+    assert "You take orders." not in prompts[3] and "Result of multiply" not in prompts[3]
     metrics = rollout_metrics([trajectory], "val")
     assert metrics["val/agent/pricer/judge/correct"] == 1.0
     assert metrics["val/agent/cashier/judge/tool_call_rate"] == 1.0
-    assert metrics["val/agent/clerk/reward_mean"] == 1.0
+    assert metrics["val/agent/clerk/reward_mean"] == 1.0 and metrics["val/judge/order_right"] == 1.0
 
 
-def test_a_role_that_hands_on_no_number_ends_the_order(config: AstunerConfig, smollm2: ChatTokenizer) -> None:
-    trajectory = run_order(config, smollm2, speechless_pricer)
-    assert [call.agent_name for call in trajectory.calls] == ["pricer"]
-    assert trajectory.agent_rewards == {"pricer": 0.0} and not trajectory.is_success
+def test_a_ticket_without_two_numbers_ends_the_order(config: AstunerConfig, smollm2: ChatTokenizer) -> None:
+    trajectory = run_order(config, smollm2, clerk_without_numbers)
+    assert [call.agent_name for call in trajectory.calls] == ["clerk"]
+    assert trajectory.agent_rewards == {"clerk": 0.0} and not trajectory.is_success
     (only,) = trajectory.metadata["workflow_output"]["metadata"]["steps"]
-    assert only["number"] is None and only["tool_calls"] == 0
+    assert only["handed"] is None and only["tool_calls"] == 0
