@@ -33,14 +33,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Coroutine, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from transformers import set_seed
 
-from astuner.api import AstunerError, ConfigError, Task, Trajectory, get_logger
+from astuner.api import AstunerError, ConfigError, SamplingParams, Task, Trajectory, get_logger
 from astuner.core.advantages import AdvantageReport
 from astuner.training import (
     AstunerConfig,
@@ -49,6 +49,7 @@ from astuner.training import (
     ExperimentDir,
     HealthMonitor,
     MergeReport,
+    MetricCatalog,
     Plugins,
     RolloutParts,
     RolloutRunner,
@@ -89,7 +90,7 @@ from astuner_backbone_torch.settings import TorchSettings
 from astuner_backbone_torch.threads import use_threads
 from astuner_backbone_torch.trainer import PolicyTrainer
 from astuner_backbone_torch.translate import experiment_root, update_settings, validation_settings
-from astuner_backbone_torch.validation import validate
+from astuner_backbone_torch.validation import ValidationSettings, validate
 from astuner_backbone_torch.vllm_rollout import VllmRollout
 
 # What backbone `torch` can roll out on (`rollout.engine`); auto is the in-process policy.
@@ -509,9 +510,9 @@ def refuse_unsupported_staleness(config: AstunerConfig) -> None:
     if config.rollout.executor != "local":
         raise ConfigError(
             f"trainer_common.max_staleness is {bound}, but asynchronous rollouts are not supported with "
-            f"rollout.executor: {config.rollout.executor} yet: each step's batch would open its own "
-            "executor session while the previous one runs. Use rollout.executor: local, or "
-            "trainer_common.max_staleness: 0."
+            f"rollout.executor: {config.rollout.executor} yet: each step's batch opens an executor "
+            "session of its own, and sessions running at once would swap the runner's gateway under each "
+            "other (ASTUNER_GATEWAY_HOST). Use rollout.executor: local, or trainer_common.max_staleness: 0."
         )
 
 
@@ -524,13 +525,13 @@ class _Steps:
     trainer: PolicyTrainer
     stream: TaskStream
     estimator: Estimator
-    sampling: Any
-    validation: Any
+    sampling: SamplingParams
+    validation: ValidationSettings
     val_tasks: list[Task]
     total: int
     metrics_log: MetricsLog
     health: HealthMonitor
-    catalog: Any
+    catalog: MetricCatalog
 
 
 @dataclass
@@ -540,10 +541,10 @@ class _Batch:
     task: asyncio.Task[list[Trajectory]]
     position: dict[str, int]
     began: float
-    ended: float | None = field(default=None)
+    ended: float | None = None
 
     @classmethod
-    def start(cls, run: Any, position: dict[str, int]) -> _Batch:
+    def start(cls, run: Coroutine[Any, Any, list[Trajectory]], position: dict[str, int]) -> _Batch:
         batch = cls(asyncio.ensure_future(run), position, time.perf_counter())
         batch.task.add_done_callback(batch._end)
         return batch
@@ -566,8 +567,9 @@ def _swap_weights(engine: TransformersEngine, policy: Policy, version: int) -> N
 
 def _waited_for_weights(ahead: list[_Batch], since: float, until: float) -> float:
     """Seconds between `since` and `until` (the update and weight sync) in which every batch the
-    staleness bound let start had ended: generation was idle, waiting for newer weights."""
-    if any(b.ended is None or b.ended > until for b in ahead):
+    staleness bound let start had ended: generation was idle, waiting for newer weights (0 with none
+    ahead: at the last step nothing is left to generate)."""
+    if not ahead or any(b.ended is None or b.ended > until for b in ahead):
         return 0.0
     idle_from = max([since, *(b.ended for b in ahead if b.ended is not None)])
     return max(0.0, until - idle_from)
