@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import itertools
 import time
+from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 
 import httpx
 import pytest
+from astuner_judge_envservice.server import GAMES, create_app
 from astuner_judge_envservice.server.countdown import evaluate_expression, extract_expression
 from astuner_judge_envservice.server.guess_number import parse_guess
 from envservice_helpers import LoopbackServer, bisect, free_port, instance_counts, serve_process
+
+from astuner.serving import ThreadedServer
 
 
 def post(url: str, endpoint: str, **body: object) -> httpx.Response:
@@ -226,3 +230,43 @@ def test_idle_instances_expire_in_the_served_process() -> None:
         assert instance_counts(url)["live"] == 0 and instance_counts(url)["expired"] == 1
         gone = post(url, "step", instance_id=instance, messages={"role": "assistant", "content": "1"})
         assert gone.status_code == 400 and "expired after 0.3 s" in gone.json()["detail"]
+
+
+def timed_step(url: str, instance: str, guess: str) -> tuple[float, float]:
+    """When one `/step` began and ended (monotonic seconds); asserts that it succeeded."""
+    began = time.monotonic()
+    reply = post(url, "step", instance_id=instance, messages={"role": "assistant", "content": guess})
+    assert reply.status_code == 200, reply.text
+    return began, time.monotonic()
+
+
+def test_a_step_delay_slows_each_step_without_blocking_other_instances() -> None:
+    delay = 0.2
+    app = create_app({"guess_number": GAMES["guess_number"]()}, step_delay=delay)
+    with ThreadedServer(app) as served:
+        first, _ = create(served.url, "guess_number", "train-0000")
+        second, _ = create(served.url, "guess_number", "train-0001")
+        began, ended = timed_step(served.url, first, "Guess: 1")
+        assert ended - began >= delay
+        with ThreadPoolExecutor(2) as pool:
+            spans = list(pool.map(lambda i: timed_step(served.url, i, "Guess: 2"), [first, second]))
+        assert all(end - start >= delay for start, end in spans)
+        # Each step awaits its delay on the server's loop, so the two waits overlap: one after the
+        # other would end no earlier than the second delay after the first began.
+        assert max(end for _, end in spans) - min(start for start, _ in spans) < 2 * delay
+        # /create and the other endpoints are not delayed.
+        began = time.monotonic()
+        assert post(served.url, "get_info", instance_id=first).status_code == 200
+        assert time.monotonic() - began < delay
+    with pytest.raises(ValueError, match="step_delay"):
+        create_app({}, step_delay=-1)
+
+
+@pytest.mark.slow
+def test_the_step_delay_option_of_the_served_process() -> None:
+    port = free_port()
+    with serve_process(port, "--step-delay", "0.3"):
+        url = f"http://127.0.0.1:{port}"
+        instance, _ = create(url, "guess_number", "train-0000")
+        began, ended = timed_step(url, instance, "Guess: 1")
+        assert ended - began >= 0.3

@@ -33,6 +33,13 @@ def serve(
     idle_timeout: Annotated[
         float, typer.Option(help="Seconds without requests before an instance expires.")
     ] = 3600.0,
+    step_delay: Annotated[
+        float,
+        typer.Option(
+            help="Seconds every /step waits before acting, without blocking other requests "
+            "(a slow environment, e.g. for bench/bench_async.py)."
+        ),
+    ] = 0.0,
 ) -> None:
     """Serve text environments over the EnvService protocol."""
     import uvicorn
@@ -47,10 +54,16 @@ def serve(
             err=True,
         )
         raise typer.Exit(2)
-    if max_instances < 1 or idle_timeout <= 0:
-        raise AstunerError("--max-instances must be at least 1 and --idle-timeout positive.")
+    if max_instances < 1 or idle_timeout <= 0 or step_delay < 0:
+        raise AstunerError(
+            "--max-instances must be at least 1, --idle-timeout positive and --step-delay at least 0."
+        )
     app = create_app(
-        {name: GAMES[name]() for name in env}, max_instances=max_instances, idle_timeout=idle_timeout
+        {name: GAMES[name]() for name in env},
+        max_instances=max_instances,
+        idle_timeout=idle_timeout,
+        step_delay=step_delay,
     )
-    typer.echo(f"Starting server on http://{host}:{port} (environments: {', '.join(env)})")
+    delay = f", {step_delay:g} s per step" if step_delay else ""
+    typer.echo(f"Starting server on http://{host}:{port} (environments: {', '.join(env)}{delay})")
     uvicorn.run(app, host=host, port=port, log_level="warning")

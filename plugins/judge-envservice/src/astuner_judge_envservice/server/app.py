@@ -8,6 +8,11 @@ protocol's JSON) get 400 with the reason in `detail`. `GET /instances`
 (an extension of the protocol) counts live, created, released, expired
 and at most simultaneously live instances, so clients and tests can check
 that nothing leaks.
+
+`step_delay` makes every `/step` take that many seconds more, like an
+environment that runs a tool or a web call per action (the latency that
+asynchronous rollouts hide, bench/bench_async.py). The handler awaits it,
+so other instances' requests are served meanwhile.
 """
 
 from __future__ import annotations
@@ -109,8 +114,11 @@ def create_app(
     max_instances: int = 1024,
     idle_timeout: float = 3600.0,
     sweep_interval: float | None = None,
+    step_delay: float = 0.0,
 ) -> FastAPI:
-    """An EnvService app serving `games` (env_type -> game)."""
+    """An EnvService app serving `games` (env_type -> game); each `/step` waits `step_delay` s first."""
+    if step_delay < 0:
+        raise ValueError(f"step_delay must be at least 0 seconds, got {step_delay}")
     instances = Instances(max_instances, idle_timeout)
     interval = sweep_interval if sweep_interval is not None else min(60.0, max(idle_timeout / 4, 0.05))
 
@@ -188,6 +196,8 @@ def create_app(
                 raise BadRequest(
                     f"the episode of instance '{req.instance_id}' is over; evaluate or release it"
                 )
+            if step_delay:
+                await asyncio.sleep(step_delay)
             result = await _maybe_await(instance.episode.step, text)
             instance.terminated = result.terminated
         return ok(
