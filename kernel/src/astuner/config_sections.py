@@ -121,7 +121,12 @@ class RolloutConfig(Section):
     temperature: float = Field(0.9, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = -1
-    max_env_worker: int = Field(32, ge=1, description="Rollouts running at once.")
+    max_env_worker: int = Field(
+        32,
+        ge=1,
+        description="Rollouts running at once, over every batch of the run under way together (the "
+        "batches ahead of asynchronous rollouts, a validation meanwhile).",
+    )
     executor: str = Field(
         "local",
         description="Where workflows run: 'local' (in the runner's process), an installed executor (e.g. "

@@ -84,6 +84,23 @@ def test_max_env_worker_bounds_concurrency(make_runner) -> None:
     assert engine.peak_in_flight == 3
 
 
+def test_max_env_worker_bounds_concurrent_runs_together(make_runner) -> None:
+    """Two batches run side by side (asynchronous rollouts, validation) share the runner's bound."""
+    runner, engine = make_runner(
+        SayWorkflow, say_the_number, settings=RunnerSettings(max_env_worker=3), delay=0.02
+    )
+
+    async def two_batches() -> None:
+        await asyncio.gather(
+            runner.run(tasks(1), SAMPLING, num_repeat=6, tag="a", progress=False),
+            runner.run(tasks(1), SAMPLING, num_repeat=6, tag="b", progress=False),
+        )
+
+    asyncio.run(two_batches())
+    asyncio.run(two_batches())  # a new event loop gets slots of its own
+    assert engine.peak_in_flight == 3
+
+
 class LongConversation(Workflow):
     """Keeps talking until the model handle says the context is full."""
 

@@ -1,7 +1,10 @@
 """The rollout runner: many workflow runs at once, each recorded, judged and checked.
 
 `num_repeat` runs of one task form a group (advantages are computed within
-it). At most `max_env_worker` runs are in flight. A run that raises or
+it). At most `max_env_worker` runs are in flight, counted over every
+`run()` of the runner at once (one FIFO semaphore: batches run side by side,
+as asynchronous rollouts and validation do, share the bound, and the runs
+queued first start first). A run that raises or
 exceeds `rollout_timeout` is recorded with its traceback and excluded from
 training; it never stops the others.
 
@@ -137,6 +140,7 @@ class RolloutRunner:
         self.executor = executor
         self.tool_notice = tool_notice
         self.agents = AgentPlan(tuple(workflow.trainable_targets)) if agents is None else agents
+        self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
         _warn_of_unserved_adapters(self.agents, engine)
 
     @property
@@ -161,7 +165,7 @@ class RolloutRunner:
         ended, and readers group them by `group_id`. A failed write (a full disk) cancels the
         batch's other runs and raises.
         """
-        limit = asyncio.Semaphore(self.settings.max_env_worker)
+        limit = self._shared_limit()
         total = len(tasks) * num_repeat
         tracker = RolloutProgress(total, tag, enabled=progress)
         async with self._executor_session():
@@ -176,6 +180,19 @@ class RolloutRunner:
                 trajectories = await _all_or_none(jobs)
         self.warn_idle_targets(generated_calls(trajectories), len(trajectories))
         return trajectories
+
+    def _shared_limit(self) -> asyncio.Semaphore:
+        """The `max_env_worker` slots all `run()`s of this runner share on the running event loop.
+
+        One semaphore for the runner, not one per `run()`: concurrent runs (the batches of asynchronous
+        rollouts, a validation meanwhile) would otherwise each run `max_env_worker` rollouts. Its waiters
+        are served in order, so the runs of the batch queued first go first. A new event loop (a runner
+        used across `asyncio.run` calls) gets a new one: a semaphore belongs to one loop.
+        """
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots[0] is not loop:
+            self._slots = (loop, asyncio.Semaphore(self.settings.max_env_worker))
+        return self._slots[1]
 
     def warn_idle_targets(self, called: Counter[str], rollouts: int) -> None:
         """Warn (once a process) about trainable targets that made none of the `called` calls."""
