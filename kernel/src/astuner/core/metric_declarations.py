@@ -391,18 +391,29 @@ _ACTOR: tuple[tuple[str, str, str, str, str | None], ...] = (
     (
         "rollout_logprob_gap",
         "log-prob gap to the engine",
-        "Mean absolute gap between the trainer's and the engine's log-probs before the update.",
+        "Mean absolute gap between the trainer's and the engine's log-probs before the update. With "
+        "asynchronous rollouts (trainer_common.max_staleness > 0): over the tokens sampled by the "
+        "weights the update starts from only (the stale ones: rollout_logprob_gap/stale_<k>), so a "
+        "large gap still points at the weight sync or the dtypes.",
         "nats",
         "down",
     ),
     (
         "rollout_logprob_gap_max",
         "largest log-prob gap to the engine",
-        "Largest per-token gap between the trainer's and the engine's log-probs.",
+        "Largest per-token gap between the trainer's and the engine's log-probs (with "
+        "trainer_common.max_staleness > 0: on the fresh tokens only, as rollout_logprob_gap).",
         "nats",
         "down",
     ),
-    ("rollout_kl", "KL engine to trainer", "Estimated KL(engine || trainer) per token.", "nats", "down"),
+    (
+        "rollout_kl",
+        "KL engine to trainer",
+        "Estimated KL(engine || trainer) per token (with trainer_common.max_staleness > 0: on the "
+        "fresh tokens only, as rollout_logprob_gap).",
+        "nats",
+        "down",
+    ),
     ("rollout_is_weight", "rollout IS weight", "Mean truncated importance weight per token.", "", None),
     (
         "rollout_is_capped_frac",
@@ -497,7 +508,13 @@ def _async(register: RegisterMetric) -> None:
 
 
 _TIMING = (
-    ("rollout_s", "rollout time", "Seconds the step's rollouts took."),
+    (
+        "rollout_s",
+        "rollout time",
+        "Seconds the step's rollouts took. With trainer_common.max_staleness > 0 the span of the step's "
+        "batch, launch to last trajectory, which overlapped the updates of earlier steps: the timings "
+        "of a step then do not add up to step_s (timing/wait_rollout_s is what the step waited).",
+    ),
     ("update_s", "update time", "Seconds the update took."),
     ("sync_s", "weight sync time", "Seconds the engine took to take the new weights."),
     (

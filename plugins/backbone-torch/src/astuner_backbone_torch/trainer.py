@@ -262,7 +262,9 @@ class PolicyTrainer:
         it during the update, and the caller syncs it when no batch runs (`Policy.sync_generator`).
         `staleness`: per sample, per token (as `input_ids`), how many updates old the weights that
         sampled it were (-1 where nothing was sampled); given, the gap to the engine's log-probs is
-        also reported by staleness (`rollout_logprob_gap/stale_<k>`).
+        reported by staleness (`rollout_logprob_gap/stale_<k>`), and the headline `rollout_logprob_gap`,
+        `_max` and `rollout_kl` cover the fresh (staleness 0) tokens only: a stale token's gap is the
+        policy's own change, not a broken weight sync, which the headline's health rule checks.
         """
         self.policy.model.train()
         stats: dict[str | None, UpdateStats] = {}
@@ -343,9 +345,14 @@ class PolicyTrainer:
                     trainer_now = batch_stats.pop("trainer_logprobs")
                     trainer_at_start = trainer_now if number == 1 else at_start
                     if batch.old_logprobs is not None and trainer_at_start is not None:
-                        stats.mismatch.add(trainer_at_start, batch.old_logprobs, batch.mask)
-                        if stale_of is not None and gaps is not None:
+                        if stale_of is None or gaps is None:
+                            stats.mismatch.add(trainer_at_start, batch.old_logprobs, batch.mask)
+                        else:
+                            # The headline gap (and its health rule) stays about the weight sync and the
+                            # dtypes: fresh tokens only; stale ones are reported by staleness.
                             stale = _batch_staleness(batch, of_batch, stale_of)
+                            fresh = batch.mask * (stale == 0)
+                            stats.mismatch.add(trainer_at_start, batch.old_logprobs, fresh)
                             for k in sorted({int(v) for v in stale[batch.mask > 0].tolist()}):
                                 at_k = batch.mask * (stale == k)
                                 gaps.setdefault(k, Mismatch()).add(trainer_at_start, batch.old_logprobs, at_k)
