@@ -231,28 +231,29 @@ class TorchBackbone:
         validation = validation_settings(config)
         health = HealthMonitor(catalog, acknowledged=frozenset(config.health.acknowledged))
         steps = _Steps(
-            config,
-            experiment,
-            trainer,
-            stream,
-            estimator,
-            sampling,
-            validation,
-            val_tasks,
-            total,
-            metrics_log,
-            health,
-            catalog,
+            config=config,
+            experiment=experiment,
+            trainer=trainer,
+            stream=stream,
+            estimator=estimator,
+            sampling=sampling,
+            validation=validation,
+            val_tasks=val_tasks,
+            total=total,
+            metrics_log=metrics_log,
+            health=health,
+            catalog=catalog,
         )
         try:
+            pipelined = asynchronous_engine(engine, t.max_staleness)
             async with rollout_stack(config, ctx.plugins, engine=engine, parts=parts) as runner:
                 if t.val_before_train and start == 0 and val_tasks:
                     began = time.perf_counter()
                     val_metrics, _ = await validate(runner, val_tasks, validation, experiment, 0)
                     metrics_log.write(0, {**val_metrics, "timing/val_s": time.perf_counter() - began})
                     log.info("validation", step=0, **console_fields(val_metrics, catalog))
-                if t.max_staleness > 0 and isinstance(engine, TransformersEngine):
-                    await self._async_steps(steps, runner, engine, start)
+                if pipelined is not None:
+                    await self._async_steps(steps, runner, pipelined, start)
                     return
                 for step in range(start + 1, total + 1):
                     began = time.perf_counter()
@@ -327,7 +328,13 @@ class TorchBackbone:
             metrics["timing/val_s"] = time.perf_counter() - ended_update
         if step % t.save_freq == 0 or step == steps.total:
             saving = time.perf_counter()
-            self._save(experiment.checkpoints, step, steps.trainer.policy, steps.trainer, data_state, config)
+            save = (experiment.checkpoints, step, steps.trainer.policy, steps.trainer, data_state, config)
+            if t.max_staleness > 0:
+                # Rollouts are in flight: the loop must keep delivering their generations. Nothing
+                # writes the policy or the optimizer until this step ends, so a thread reads them safely.
+                await asyncio.to_thread(self._save, *save)
+            else:
+                self._save(*save)
             metrics["timing/save_s"] = time.perf_counter() - saving
         metrics["timing/step_s"] = time.perf_counter() - began
         steps.metrics_log.write(step, metrics)
@@ -516,6 +523,22 @@ def refuse_unsupported_staleness(config: AstunerConfig) -> None:
         )
 
 
+def asynchronous_engine(engine: RolloutEngine, bound: int) -> TransformersEngine | None:
+    """The engine asynchronous rollouts run on with `trainer_common.max_staleness` `bound` (None for 0:
+    the synchronous loop runs); an AstunerError where it is not the in-process transformers engine,
+    rather than a silently synchronous run."""
+    if not bound:
+        return None
+    if not isinstance(engine, TransformersEngine):
+        raise AstunerError(
+            f"trainer_common.max_staleness is {bound}, but the rollout engine is {type(engine).__name__}: "
+            "asynchronous rollouts need the in-process transformers engine (rollout.engine: transformers "
+            "or auto), which swaps the weights between decoding batches. Use it, or "
+            "trainer_common.max_staleness: 0."
+        )
+    return engine
+
+
 @dataclass
 class _Steps:
     """What every step of a run uses (`TorchBackbone._end_step`, `_async_steps`)."""
@@ -545,6 +568,10 @@ class _Batch:
 
     @classmethod
     def start(cls, run: Coroutine[Any, Any, list[Trajectory]], position: dict[str, int]) -> _Batch:
+        """Schedule `run` (a `RolloutRunner.run` not awaited yet) as a task now, so its rollouts
+        generate while the caller trains, and time it from now to its last trajectory (`seconds`).
+        `position`: the task stream's state right after this batch's tasks were drawn, what a
+        checkpoint of the batch's step stores."""
         batch = cls(asyncio.ensure_future(run), position, time.perf_counter())
         batch.task.add_done_callback(batch._end)
         return batch

@@ -170,6 +170,11 @@ class TransformersEngine:
         finally:
             self._weights_waiting.clear()
 
+    @property
+    def weight_change_waiting(self) -> bool:
+        """A weight change (`changing_weights`) waits for the running batch: it admits no new request."""
+        return self._weights_waiting.is_set()
+
     async def weights_updated(self, version: int) -> None:
         """The trainer changed the weights in place (they are shared): later batches are `version`."""
         self.policy_version = version
@@ -205,7 +210,8 @@ class TransformersEngine:
         while self._queue:
             await self._gather_more()
             batch = self._take(self._queue[0].batch_key, self.settings.max_batch_size)
-            await loop.run_in_executor(self._executor, self._decode_session, batch)
+            if batch:  # empty when every request of that key was cancelled
+                await loop.run_in_executor(self._executor, self._decode_session, batch)
 
     async def _gather_more(self) -> None:
         """Wait while requests keep arriving, so concurrent rollouts share one batch."""
@@ -218,8 +224,12 @@ class TransformersEngine:
             await asyncio.sleep(wait)
 
     def _take(self, key: tuple[Any, ...], most: int) -> list[_Request]:
-        """Remove and return up to `most` queued requests with sampling settings `key` (any thread)."""
+        """Remove and return up to `most` queued requests with sampling settings `key` (any thread).
+
+        Requests whose caller is gone (future cancelled, as a stopped run's rollouts are) are dropped
+        from the queue first: decoding them would only delay the exit, or the requests still wanted."""
         with self._queue_lock:
+            self._queue = [r for r in self._queue if not r.future.done()]
             taken = [r for r in self._queue if r.batch_key == key][:most]
             ids = {id(r) for r in taken}
             self._queue = [r for r in self._queue if id(r) not in ids]

@@ -9,8 +9,9 @@
   it), synced from the policy after every update; or the policy itself
   when both dtypes are float32, unless rollouts run while the policy
   trains (`trainer_common.max_staleness` > 0: generation must read weights
-  the update does not touch, so there is always a copy). With rollouts on a
-  vLLM server there is no copy: the server holds it.
+  the update does not touch, so there is always a copy; a float32 copy shares
+  the frozen weights, so with adapters it holds only its own adapters). With
+  rollouts on a vLLM server there is no copy: the server holds it.
 - The **reference** (only when a KL loss is used) is the initial model:
   a frozen copy, or, with LoRA, the policy with its adapters switched off.
 
@@ -157,7 +158,7 @@ class Policy:
         if settings.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         copies = need_generator and (gen_dtype != torch.float32 or own_generator)
-        generator = copy.deepcopy(model).to(gen_dtype) if copies else model
+        generator = rollout_copy(model, gen_dtype) if copies else model
         generator.eval()
         reference = None
         if need_reference and not lora:
@@ -224,6 +225,17 @@ class Policy:
         else:
             self.model.save_pretrained(str(folder))
         self.tokenizer.save_pretrained(str(folder))
+
+
+def rollout_copy(model: Any, dtype: torch.dtype) -> Any:
+    """A copy of `model` in `dtype` to generate with. In the policy's own dtype (float32: an own copy
+    for asynchronous rollouts) the frozen parameters are shared, not copied: with LoRA or per-agent
+    adapters only the adapters train, so the copy costs their size instead of the base model's. A copy
+    in another dtype shares nothing (converting a shared parameter would convert the policy's)."""
+    if dtype != torch.float32:
+        return copy.deepcopy(model).to(dtype)
+    frozen = {id(p): p for p in model.parameters() if not p.requires_grad}
+    return copy.deepcopy(model, memo=frozen)
 
 
 def _with_lora(model: Any, settings: LoraSettings, weights: Path | None) -> Any:
