@@ -21,6 +21,7 @@ judge figures (werewolves: the share of fallback choices).
     .venv/bin/python bench/bench_multiagent.py                      # order_desk, 30 steps: ~1 hour here
     .venv/bin/python bench/bench_multiagent.py --jobs 2             # two evaluations at a time
     .venv/bin/python bench/bench_multiagent.py --run DIR            # evaluate a finished training run
+    (an evaluation already in --work/eval/<line-up>-<repeat>/ is reused: rerun to finish a cut-off bench)
     .venv/bin/python bench/bench_multiagent.py --example werewolves --steps 30 --val-tasks 32
     .venv/bin/python bench/bench_multiagent.py --steps 2 --val-tasks 2 --val-samples 1   # a smoke run
 """
@@ -55,7 +56,12 @@ EXAMPLES = {
     "order_desk": Example(REPO / "examples" / "order_desk" / "order_desk.yaml", ("train/judge/order_right",)),
     "werewolves": Example(
         REPO / "examples" / "werewolves" / "werewolves.yaml",
-        ("train/judge/invalid_vote_rate", "train/judge/village_won"),
+        (
+            "train/judge/invalid_vote_rate",
+            "train/agent/wolf/judge/fallback_rate",
+            "train/agent/seer/judge/fallback_rate",
+            "train/judge/village_won",
+        ),
     ),
 }
 
@@ -150,8 +156,11 @@ def evaluate(example: Example, extra: list[str], args: argparse.Namespace, folde
         f"experiment_dir={folder}",
     ]
     command += ["-o", f"rollout.engines.transformers.num_threads={args.threads}", *extra]
-    folder.mkdir(parents=True, exist_ok=True)
-    astuner(command, folder / "eval.log", args.threads)
+    if list(folder.glob("*/*/eval_summary.json")):  # done by an earlier run of the bench in --work
+        print(f"reusing the evaluation in {folder}", flush=True)
+    else:
+        folder.mkdir(parents=True, exist_ok=True)
+        astuner(command, folder / "eval.log", args.threads)
     summary = json.loads((only_folder("*/*/eval_summary.json", folder)).read_text(encoding="utf-8"))
     return summary["metrics"]
 
