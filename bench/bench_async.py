@@ -162,9 +162,13 @@ class Summary:
         ]
 
     def mean(self, key: str) -> float:
-        return statistics.mean(row.get(key, 0.0) for row in self.steps)
+        """`key`'s mean over the steps that logged it; nan when none did (the synchronous run logs no
+        waits: printed as '-', not as a wait of 0)."""
+        values = [row[key] for row in self.steps if key in row]
+        return statistics.mean(values) if values else float("nan")
 
     def reward(self, part: str) -> float:
+        """The mean training reward over the `part` ('first' or 'last') third of the steps."""
         third = max(len(self.steps) // 3, 1)
         rows = self.steps[:third] if part == "first" else self.steps[-third:]
         return statistics.mean(row.get("train/reward_mean", float("nan")) for row in rows)
@@ -182,7 +186,13 @@ def summarize(run: Path) -> Summary:
     return Summary(steps, before, vals[-1]["val/reward_mean"] if vals[-1]["step"] > 0 else float("nan"))
 
 
+def cell(value: float, width: int, digits: int) -> str:
+    """`value` right-aligned in `width` characters, '-' for nan (a figure the run did not log)."""
+    return f"{'-':>{width}}" if value != value else f"{value:>{width}.{digits}f}"
+
+
 def report(results: dict[int, Summary], runs: dict[int, Path], args: argparse.Namespace) -> str:
+    """The side-by-side table of the settings, the speed ratios, and each step's seconds and reward."""
     lines = [
         f"\n{args.task}: {args.steps} steps of {args.batch} tasks x {args.num_repeat} rollouts, "
         f"{args.threads} torch threads, seed {args.seed}, lr {args.lr}, rollout_is token in every setting"
@@ -195,9 +205,9 @@ def report(results: dict[int, Summary], runs: dict[int, Path], args: argparse.Na
         seconds = s.step_seconds()
         lines.append(
             f"{staleness:>9} {statistics.median(seconds):>8.1f} {statistics.mean(seconds):>9.1f} "
-            f"{s.mean('timing/rollout_s'):>7.1f} {s.mean('timing/update_s'):>6.1f} "
-            f"{s.mean('timing/wait_rollout_s'):>7.1f} {s.mean('timing/wait_weights_s'):>7.1f} "
-            f"{s.mean('async/staleness_mean'):>5.2f} "
+            f"{cell(s.mean('timing/rollout_s'), 7, 1)} {cell(s.mean('timing/update_s'), 6, 1)} "
+            f"{cell(s.mean('timing/wait_rollout_s'), 7, 1)} {cell(s.mean('timing/wait_weights_s'), 7, 1)} "
+            f"{cell(s.mean('async/staleness_mean'), 5, 2)} "
             f"{max(row.get('async/staleness_max', 0.0) for row in s.steps):>3.0f} "
             f"{s.reward('first'):>6.3f} {s.reward('last'):>7.3f} {s.val_before:>6.3f} {s.val_after:>6.3f}"
         )
@@ -249,7 +259,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="Where runs and logs go (default: a new temporary folder).")
     args = parser.parse_args()
     task = TASKS[args.task]
-    work = args.work or Path(tempfile.mkdtemp(prefix="bench-async-"))
+    # absolute: the runs start in the repository's folder, the results are read from here
+    work = (args.work or Path(tempfile.mkdtemp(prefix="bench-async-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
     print(f"work folder: {work}", flush=True)
     runs = {staleness: train(task, staleness, args, work) for staleness in args.staleness}

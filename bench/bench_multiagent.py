@@ -21,7 +21,8 @@ judge figures (werewolves: the share of fallback choices).
     .venv/bin/python bench/bench_multiagent.py                      # order_desk, 30 steps: ~1 hour here
     .venv/bin/python bench/bench_multiagent.py --jobs 2             # two evaluations at a time
     .venv/bin/python bench/bench_multiagent.py --run DIR            # evaluate a finished training run
-    (an evaluation already in --work/eval/<line-up>-<repeat>/ is reused: rerun to finish a cut-off bench)
+    (an evaluation already in --work/eval/<line-up>-<repeat>/ with the same command is reused: rerun
+    with the same --work to finish a cut-off bench)
     .venv/bin/python bench/bench_multiagent.py --example werewolves --steps 30 --val-tasks 32
     .venv/bin/python bench/bench_multiagent.py --steps 2 --val-tasks 2 --val-samples 1   # a smoke run
 """
@@ -79,7 +80,7 @@ def astuner(args: list[str], log: Path, threads: int) -> None:
         sys.exit(f"astuner {args[0]} failed (exit {done.returncode}); its output: {log}\n{tail}")
 
 
-def only_folder(pattern: str, root: Path) -> Path:
+def newest_folder(pattern: str, root: Path) -> Path:
     """The newest folder under `root` matching `pattern` (astuner names run folders by time)."""
     found = sorted(root.glob(pattern))
     if not found:
@@ -120,10 +121,11 @@ def train(example: Example, args: argparse.Namespace, work: Path) -> Path:
     ]
     print(f"training {example.conf.parent.name} for {args.steps} steps: {root}", flush=True)
     astuner(command, work / "train.log", args.threads)
-    return only_folder("*/*", root)
+    return newest_folder("*/*", root)
 
 
 def trained_roles(example: Example) -> list[str]:
+    """The roles the example's config trains (`rollout.trainable_targets`)."""
     config = yaml.safe_load(example.conf.read_text(encoding="utf-8"))["astuner"]
     return list(config["rollout"]["trainable_targets"])
 
@@ -156,12 +158,14 @@ def evaluate(example: Example, extra: list[str], args: argparse.Namespace, folde
         f"experiment_dir={folder}",
     ]
     command += ["-o", f"rollout.engines.transformers.num_threads={args.threads}", *extra]
-    if list(folder.glob("*/*/eval_summary.json")):  # done by an earlier run of the bench in --work
+    marker = folder / "command.json"  # what the evaluation in `folder` ran: reused only if the same
+    if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == command:
         print(f"reusing the evaluation in {folder}", flush=True)
     else:
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)  # a new run folder: the newest summary is this one
         astuner(command, folder / "eval.log", args.threads)
-    summary = json.loads((only_folder("*/*/eval_summary.json", folder)).read_text(encoding="utf-8"))
+        marker.write_text(json.dumps(command), encoding="utf-8")
+    summary = json.loads((newest_folder("*/*/eval_summary.json", folder)).read_text(encoding="utf-8"))
     return summary["metrics"]
 
 
@@ -208,6 +212,8 @@ def role_report(
 
 
 def steps_report(rows: list[dict[str, float]], roles: list[str], example: Example) -> list[str]:
+    """Per step the seconds, calls, tokens, per-role reward and judge figures; their first and last
+    thirds; the per-step medians and means."""
     figures = [f"train/agent/{role}/reward_mean" for role in roles]
     figures += ["train/zero_adv_group_frac", *example.step_figures]
     short = [

@@ -62,7 +62,7 @@ def integers(text: str) -> list[int]:
     return [int(found.replace(",", "")) for found in _INTEGER.findall(text)]
 
 
-def _integers(**values: Any) -> None:
+def _require_ints(**values: Any) -> None:
     for name, value in values.items():
         if not isinstance(value, int) or isinstance(value, bool):
             raise TypeError(f"{name} must be an integer, got {value!r}")
@@ -70,13 +70,13 @@ def _integers(**values: Any) -> None:
 
 def multiply(a: int, b: int) -> int:
     """Multiply two integers."""
-    _integers(a=a, b=b)
+    _require_ints(a=a, b=b)
     return a * b
 
 
 def add(a: int, b: int) -> int:
     """Add two integers."""
-    _integers(a=a, b=b)
+    _require_ints(a=a, b=b)
     return a + b
 
 
@@ -106,6 +106,7 @@ class Role:
 
     @property
     def tools(self) -> list[dict[str, Any]]:
+        """The role's tool as the OpenAI tools list (empty for a role without one)."""
         if self.tool is None:
             return []
         return [tool_schema(self.tool.__name__, (self.tool.__doc__ or "").strip())]
@@ -179,6 +180,7 @@ class OrderReader:
         self.sizes = {"train": train_size, "validation": validation_size}
 
     def read(self, split: str) -> Iterator[Task]:
+        """The orders of `split` ('train' or 'validation'), the same every time."""
         for index in range(self.sizes[split]):
             seed = f"{split}-{index}"
             items = order(seed)

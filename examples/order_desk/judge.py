@@ -35,6 +35,8 @@ def part_right(step: dict[str, Any], items: dict[str, int]) -> bool:
 
 
 class OrderDeskJudge:
+    """Scores a finished order: each role's part (the rewards), the order and the per-role metrics."""
+
     async def judge(self, task: Task, output: WorkflowOutput) -> JudgeOutput:
         meta = output.metadata
         items = {key: meta[key] for key in ("boxes", "price", "shipping")}
