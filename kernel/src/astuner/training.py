@@ -86,7 +86,7 @@ from astuner.translation import Source, apply_rules, engine_settings, flatten, l
 if TYPE_CHECKING:
     from astuner.cli import ConfOption, OverrideOption, handle_user_errors
     from astuner.companions import COMPANION_ARGS, companion_requests
-    from astuner.core.advantages import Estimator, compute_advantages
+    from astuner.core.advantages import AdvantageReport, Estimator, compute_advantages
     from astuner.lifecycle import RunLifecycle
     from astuner.rollout.episode import EpisodeSource, reward_of
     from astuner.rollout.gateway import Gateway
@@ -104,6 +104,7 @@ _LAZY: dict[str, str] = {
     "COMPANION_ARGS": "astuner.companions",
     "companion_requests": "astuner.companions",
     "compute_advantages": "astuner.core.advantages",
+    "AdvantageReport": "astuner.core.advantages",
     "Estimator": "astuner.core.advantages",
     "EpisodeSource": "astuner.rollout.episode",
     "Gateway": "astuner.rollout.gateway",
@@ -176,6 +177,7 @@ __all__ = [  # noqa: RUF022
     "untrain_other_temperatures",
     "other_temperature_warning",
     "compute_advantages",
+    "AdvantageReport",
     # the training algorithms the config chooses among the plugins' (advantage estimators, policy losses)
     "Estimator",
     "advantage_estimator",

@@ -41,8 +41,8 @@ from typing import Any
 from transformers import set_seed
 
 from astuner.api import AstunerError, ConfigError, SamplingParams, Task, Trajectory, get_logger
-from astuner.core.advantages import AdvantageReport
 from astuner.training import (
+    AdvantageReport,
     AstunerConfig,
     ChosenLoss,
     Estimator,
