@@ -20,15 +20,11 @@ from types import ModuleType
 import pytest
 
 from astuner import Task, WorkflowOutput
-from astuner.components import build_reader
 from astuner.config import AstunerConfig, load_config
 from astuner.core.metrics import rollout_metrics
 from astuner.core.tokenizer import ChatTokenizer
-from astuner.core.trajectory import Trajectory
-from astuner.plugins import Plugins
 from astuner.rollout.agents import agent_plan
-from astuner.rollout.stack import rollout_stack, sampling_from_config
-from astuner.testing.engines import ScriptedEngine
+from astuner.testing.engines import scripted_rollout
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "order_desk"
@@ -179,24 +175,10 @@ def clerk_without_numbers(prompt: str) -> str:
     return "Ticket: many boxes x 305 cents"
 
 
-def run_order(config: AstunerConfig, tokenizer: ChatTokenizer, respond: Callable[[str], str]) -> Trajectory:
-    plugins = Plugins(load_entry_points=False)
-    task = next(iter(build_reader(config, plugins).read("validation")))
-
-    async def main() -> list[Trajectory]:
-        engine = ScriptedEngine(tokenizer, respond)
-        async with rollout_stack(config, plugins, engine=engine, max_parallel=1) as runner:
-            return await runner.run([task], sampling_from_config(config.rollout), progress=False)
-
-    (trajectory,) = asyncio.run(main())
-    assert trajectory.error is None, trajectory.error
-    return trajectory
-
-
 def test_a_perfect_team_hands_each_number_on_and_every_role_is_rewarded(
     example: dict[str, ModuleType], config: AstunerConfig, smollm2: ChatTokenizer
 ) -> None:
-    trajectory = run_order(config, smollm2, perfect_team(example["desk"]))
+    trajectory = scripted_rollout(config, smollm2, perfect_team(example["desk"]))
     items = trajectory.metadata["task"]["metadata"]
     cost = items["boxes"] * items["price"]
     assert trajectory.agent_rewards == {"clerk": 1.0, "pricer": 1.0, "cashier": 1.0} and trajectory.is_success
@@ -225,7 +207,7 @@ def test_a_perfect_team_hands_each_number_on_and_every_role_is_rewarded(
 
 
 def test_a_ticket_without_two_numbers_ends_the_order(config: AstunerConfig, smollm2: ChatTokenizer) -> None:
-    trajectory = run_order(config, smollm2, clerk_without_numbers)
+    trajectory = scripted_rollout(config, smollm2, clerk_without_numbers)
     assert [call.agent_name for call in trajectory.calls] == ["clerk"]
     assert trajectory.agent_rewards == {"clerk": 0.0} and not trajectory.is_success
     (only,) = trajectory.metadata["workflow_output"]["metadata"]["steps"]

@@ -7,13 +7,11 @@ engine in place of the model, so they take a second and need no weights.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import json
 import re
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -24,13 +22,10 @@ from astuner.components import build_reader
 from astuner.config import AstunerConfig, load_config
 from astuner.core.merge import merge_trajectory
 from astuner.core.metrics import rollout_metrics
-from astuner.core.task import Task
 from astuner.core.tokenizer import ChatTokenizer
-from astuner.core.trajectory import Trajectory
 from astuner.default_plugins.arith_reader import ArithReader, ArithReaderSettings
 from astuner.plugins import Plugins
-from astuner.rollout.stack import rollout_stack, sampling_from_config
-from astuner.testing.engines import ScriptedEngine
+from astuner.testing.engines import scripted_rollout
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "tool_agent"
@@ -144,24 +139,10 @@ def breaks_its_tool_call(prompt: str) -> str:
     return f'<tool_call>\n{{"name": "multiply", "arguments": {{"a": {a},\n</tool_call>'
 
 
-def run_example(config: AstunerConfig, tokenizer: ChatTokenizer, respond: Callable[[str], str]) -> Trajectory:
-    plugins = Plugins(load_entry_points=False)
-    task: Task = next(iter(build_reader(config, plugins).read("validation")))
-
-    async def main() -> list[Trajectory]:
-        engine = ScriptedEngine(tokenizer, respond)
-        async with rollout_stack(config, plugins, engine=engine, max_parallel=1) as runner:
-            return await runner.run([task], sampling_from_config(config.rollout), progress=False)
-
-    (trajectory,) = asyncio.run(main())
-    assert trajectory.error is None, trajectory.error
-    return trajectory
-
-
 def test_a_correct_tool_call_is_run_and_its_result_answers(
     config: AstunerConfig, smollm2: ChatTokenizer
 ) -> None:
-    trajectory = run_example(config, smollm2, uses_the_tool)
+    trajectory = scripted_rollout(config, smollm2, uses_the_tool)
     answer = trajectory.metadata["task"]["metadata"]["answer"]
     assert (trajectory.reward, trajectory.is_success) == (1.0, True)
     first, second = trajectory.calls
@@ -185,7 +166,7 @@ def test_a_correct_tool_call_is_run_and_its_result_answers(
 def test_a_broken_tool_call_ends_the_rollout_with_reward_0(
     config: AstunerConfig, smollm2: ChatTokenizer
 ) -> None:
-    trajectory = run_example(config, smollm2, breaks_its_tool_call)
+    trajectory = scripted_rollout(config, smollm2, breaks_its_tool_call)
     assert (trajectory.reward, trajectory.is_success) == (0.0, False)
     (call,) = trajectory.calls  # no call parsed: the reply is the final answer
     assert call.tool_calls == [] and call.tool_parse_error
@@ -196,7 +177,7 @@ def test_a_broken_tool_call_ends_the_rollout_with_reward_0(
 def test_bad_arguments_get_an_error_result_and_the_rollout_goes_on(
     config: AstunerConfig, smollm2: ChatTokenizer
 ) -> None:
-    trajectory = run_example(config, smollm2, passes_a_string)
+    trajectory = scripted_rollout(config, smollm2, passes_a_string)
     assert (trajectory.reward, trajectory.is_success) == (0.0, False)
     first, second = trajectory.calls
     (tool_call,) = first.tool_calls

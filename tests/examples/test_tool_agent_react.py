@@ -10,7 +10,6 @@ tiny random-weight model.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import subprocess
@@ -25,14 +24,11 @@ pytest.importorskip("agentscope")
 
 from test_tool_agent import EXAMPLE, REPO, uses_the_tool
 
-from astuner.components import build_reader
 from astuner.config import AstunerConfig, load_config
 from astuner.core.tokenizer import ChatTokenizer
 from astuner.core.trajectory import Trajectory
-from astuner.plugins import Plugins
 from astuner.record import read_trajectories
-from astuner.rollout.stack import rollout_stack, sampling_from_config
-from astuner.testing.engines import ScriptedEngine
+from astuner.testing.engines import scripted_rollout
 
 QUESTION = re.compile(r"What is (\d+) times (\d+)\?")
 HINT = "You have failed to generate response within the maximum iterations."
@@ -90,18 +86,7 @@ def calls_every_time(prompt: str) -> str:
 
 
 def run_config(name: str, tokenizer: ChatTokenizer, respond: Callable[[str], str]) -> Trajectory:
-    config = load(name)
-    plugins = Plugins(load_entry_points=False)
-    task = next(iter(build_reader(config, plugins).read("validation")))
-
-    async def main() -> list[Trajectory]:
-        engine = ScriptedEngine(tokenizer, respond)
-        async with rollout_stack(config, plugins, engine=engine, max_parallel=1) as runner:
-            return await runner.run([task], sampling_from_config(config.rollout), progress=False)
-
-    (trajectory,) = asyncio.run(main())
-    assert trajectory.error is None, trajectory.error
-    return trajectory
+    return scripted_rollout(load(name), tokenizer, respond)
 
 
 def test_both_variants_show_the_model_the_same_prompts(workdir: Path, smollm2: ChatTokenizer) -> None:

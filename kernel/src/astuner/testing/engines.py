@@ -3,7 +3,8 @@
 `ScriptedEngine(tokenizer, respond)` answers each call with
 `respond(prompt_text)` encoded by the tokenizer plus the end-of-turn token,
 every token with log-prob -0.25. It exercises the whole pipeline (tracker,
-tool calls, merge, gateway, runner) at the speed of the tokenizer.
+tool calls, merge, gateway, runner) at the speed of the tokenizer;
+`scripted_rollout` runs a config's first validation task through it.
 """
 
 from __future__ import annotations
@@ -11,8 +12,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
+from astuner.components import build_reader
+from astuner.config import AstunerConfig
 from astuner.core.tokenizer import ChatTokenizer
+from astuner.core.trajectory import Trajectory
+from astuner.plugins import Plugins
 from astuner.rollout.engine import Generation, SamplingParams
+from astuner.rollout.stack import rollout_stack, sampling_from_config
 
 LOGPROB = -0.25
 
@@ -48,3 +54,21 @@ class ScriptedEngine:
         if len(ids) > sampling.max_tokens:
             ids, finish = ids[: sampling.max_tokens], "length"
         return Generation(ids, [LOGPROB] * len(ids), finish)
+
+
+def scripted_rollout(
+    config: AstunerConfig, tokenizer: ChatTokenizer, respond: Callable[[str], str]
+) -> Trajectory:
+    """One run of `config`'s first validation task through its own rollout stack (reader, workflow,
+    judge, tool format) with a `ScriptedEngine` answering `respond(prompt)`; an error of the run fails."""
+    plugins = Plugins(load_entry_points=False)
+    task = next(iter(build_reader(config, plugins).read("validation")))
+
+    async def main() -> list[Trajectory]:
+        engine = ScriptedEngine(tokenizer, respond)
+        async with rollout_stack(config, plugins, engine=engine, max_parallel=1) as runner:
+            return await runner.run([task], sampling_from_config(config.rollout), progress=False)
+
+    (trajectory,) = asyncio.run(main())
+    assert trajectory.error is None, trajectory.error
+    return trajectory
