@@ -56,7 +56,7 @@ class InlineExecutor:
     async def run_workflow(
         self, runner: RolloutRunner, workflow_task: WorkflowTask, tuner: ModelTuner
     ) -> WorkflowOutput:
-        assert self.sessions == ["open"]
+        assert self.sessions[-1] == "open"
         self.rollouts.append(workflow_task.rollout_id)
         output = await runner.workflow.run(workflow_task, tuner)
         output.metrics["ran_inline"] = 1.0
@@ -101,6 +101,37 @@ def test_the_registered_executor_named_in_the_config_runs_every_workflow(
     for trajectory in trajectories:
         assert trajectory.error is None, trajectory.error
         assert trajectory.reward == 1.0 and trajectory.metrics["ran_inline"] == 1.0
+
+
+def test_runs_inside_a_held_session_share_it(
+    plugins: Plugins, write_config, workdir: Path, qwen25: ChatTokenizer
+) -> None:
+    """Overlapping runs (asynchronous rollouts' batches) inside `runner.session()` open no session of
+    their own; after the block, a run opens its own again."""
+    built = add_inline_executor(plugins)
+    (workdir / "inline_flow.py").write_text(FLOW, encoding="utf-8")
+    rollout = {"agentscope_workflow": "inline_flow->workflow", "executor": "inline"}
+    config = load_config(write_config({"rollout": rollout}), environ={})
+    runner = RolloutParts.build(config, plugins).runner(
+        engine=ScriptedEngine(qwen25, lambda prompt: "7"), tokenizer=qwen25, gateway=None, auxiliary={}
+    )
+    tasks = [Task(task_id=f"t{i}", main_query="Say 7.", metadata={"answer": "7"}) for i in range(2)]
+    sampling = SamplingParams(max_tokens=8)
+
+    async def overlapping() -> list[list]:
+        async with runner.session():
+            return await asyncio.gather(
+                *(runner.run(tasks, sampling, 2, tag=f"step{i}", progress=False) for i in (1, 2))
+            )
+
+    batches = asyncio.run(overlapping())
+    (executor,) = built
+    assert executor.sessions == ["closed"]  # one session for both runs, closed with the block
+    assert [len(b) for b in batches] == [4, 4]
+    assert all(t.error is None for b in batches for t in b)
+    alone = asyncio.run(runner.run(tasks, sampling, 1, progress=False))
+    assert executor.sessions == ["closed", "closed"]
+    assert all(t.error is None for t in alone)
 
 
 def test_local_builds_no_executor(plugins: Plugins, write_config, workdir: Path) -> None:

@@ -54,9 +54,7 @@ def test_staleness_without_importance_sampling_is_refused_naming_both_keys() -> 
     assert load_config(None, [], environ={}).trainer_common.max_staleness == 0
 
 
-@pytest.mark.parametrize(
-    ("override", "named"), [("rollout.engine=vllm", "rollout.engine: vllm"), ("rollout.executor=ray", "ray")]
-)
+@pytest.mark.parametrize(("override", "named"), [("rollout.engine=vllm", "rollout.engine: vllm")])
 def test_staleness_on_what_cannot_run_asynchronously_yet_is_refused(override: str, named: str) -> None:
     config = load_config(None, ["trainer_common.max_staleness=1", CORRECTED, override], environ={})
     with pytest.raises(ConfigError, match="not supported") as caught:

@@ -141,6 +141,7 @@ class RolloutRunner:
         self.tool_notice = tool_notice
         self.agents = AgentPlan(tuple(workflow.trainable_targets)) if agents is None else agents
         self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
+        self._holding_session = False
         _warn_of_unserved_adapters(self.agents, engine)
 
     @property
@@ -208,9 +209,29 @@ class RolloutRunner:
         return "the workflow's trainable_targets"
 
     @asynccontextmanager
+    async def session(self) -> AsyncIterator[None]:
+        """The executor's session held for every `run()` inside the block (nothing without an executor).
+
+        Each `run()` otherwise opens a session of its own. Runs that overlap (the batches of
+        asynchronous rollouts, a validation meanwhile) need one between them: a session may change
+        the runner itself (executor `ray` with `ASTUNER_GATEWAY_HOST` swaps `gateway` for a public one
+        and puts the old one back at its end), and overlapping ones would put back each other's.
+        """
+        if self.executor is None or self._holding_session:
+            yield
+            return
+        async with self.executor.session(self):
+            self._holding_session = True
+            try:
+                yield
+            finally:
+                self._holding_session = False
+
+    @asynccontextmanager
     async def _executor_session(self) -> AsyncIterator[None]:
-        """The remote executor's cluster (and worker-facing gateway) for one `run()`."""
-        if self.executor is None:
+        """The remote executor's cluster (and worker-facing gateway) for one `run()`, unless `session()`
+        holds one."""
+        if self.executor is None or self._holding_session:
             yield
             return
         async with self.executor.session(self):

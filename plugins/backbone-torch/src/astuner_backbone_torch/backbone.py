@@ -253,7 +253,9 @@ class TorchBackbone:
                     metrics_log.write(0, {**val_metrics, "timing/val_s": time.perf_counter() - began})
                     log.info("validation", step=0, **console_fields(val_metrics, catalog))
                 if pipelined is not None:
-                    await self._async_steps(steps, runner, pipelined, start)
+                    # The batches under way overlap: they share one executor session (RolloutRunner.session).
+                    async with runner.session():
+                        await self._async_steps(steps, runner, pipelined, start)
                     return
                 for step in range(start + 1, total + 1):
                     began = time.perf_counter()
@@ -513,13 +515,6 @@ def refuse_unsupported_staleness(config: AstunerConfig) -> None:
             "rollout.engine: vllm yet: the server reloads the weights in place, and the requests in flight "
             "during an update would see them half-synced. Use rollout.engine: transformers (or auto), or "
             "trainer_common.max_staleness: 0."
-        )
-    if config.rollout.executor != "local":
-        raise ConfigError(
-            f"trainer_common.max_staleness is {bound}, but asynchronous rollouts are not supported with "
-            f"rollout.executor: {config.rollout.executor} yet: each step's batch opens an executor "
-            "session of its own, and sessions running at once would swap the runner's gateway under each "
-            "other (ASTUNER_GATEWAY_HOST). Use rollout.executor: local, or trainer_common.max_staleness: 0."
         )
 
 
