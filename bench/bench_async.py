@@ -120,7 +120,9 @@ def overrides(staleness: int, folder: Path, args: argparse.Namespace) -> list[st
     }
     if args.model:
         values["model.path"] = args.model
-    return [item for key, value in values.items() for item in ("-o", f"{key}={value}")]
+    return [item for key, value in values.items() for item in ("-o", f"{key}={value}")] + [
+        item for setting in args.set for item in ("-o", setting)
+    ]
 
 
 def train(task: Task, staleness: int, args: argparse.Namespace, work: Path) -> Path:
@@ -196,7 +198,8 @@ def report(results: dict[int, Summary], runs: dict[int, Path], args: argparse.Na
     lines = [
         f"\n{args.task}: {args.steps} steps of {args.batch} tasks x {args.num_repeat} rollouts, "
         f"{args.threads} torch threads, seed {args.seed}, lr {args.lr}, rollout_is token in every setting"
-        + (f", environment step delay {args.step_delay:g} s" if TASKS[args.task].env else ""),
+        + (f", environment step delay {args.step_delay:g} s" if TASKS[args.task].env else "")
+        + "".join(f", {setting}" for setting in args.set),
         "seconds per step exclude validation and the checkpoint save; rollout/update/wait: means per step",
         f"{'staleness':>9} {'med s/st':>8} {'mean s/st':>9} {'rollout':>7} {'update':>6} {'wait_ro':>7} "
         f"{'wait_wt':>7} {'stale':>5} {'max':>3} {'R 1st3':>6} {'R last3':>7} {'val0':>6} {'valN':>6}",
@@ -255,6 +258,13 @@ def main() -> None:
         default=list(SETTINGS),
         help="Settings of max_staleness to run, in order (default 0 1 2); the first is the baseline "
         "of the speed ratios.",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="One more `-o` override for every setting (repeatable), e.g. rollout.multi_turn.max_steps=5.",
     )
     parser.add_argument("--work", type=Path, help="Where runs and logs go (default: a new temporary folder).")
     args = parser.parse_args()
