@@ -44,10 +44,10 @@ class AskTwice(Workflow):
 """
 
 
-def _config(folder: Path, tiny_model_dir: Path) -> Path:
+def _config(folder: Path, tiny_model_dir: Path, **trainer: object) -> Path:
     (folder / "ray_workflow.py").write_text(WORKFLOW, encoding="utf-8")
     block = {
-        "experiment_name": "ray_step",
+        "experiment_name": "ray_async" if trainer else "ray_step",
         "model": {"path": str(tiny_model_dir)},
         "task_reader": {"type": "arith", "arith": {"train_size": 4, "validation_size": 2}},
         "data": {"train_batch_size": 2},
@@ -58,10 +58,16 @@ def _config(folder: Path, tiny_model_dir: Path) -> Path:
             "max_response_length_in_one_turn": 8,
             "compute_madness_checklist": [],
         },
-        "trainer_common": {"total_training_steps": 1, "save_freq": 1, "test_freq": 2, "optim": {"lr": 1e-3}},
+        "trainer_common": {
+            "total_training_steps": 1,
+            "save_freq": 1,
+            "test_freq": 2,
+            "optim": {"lr": 1e-3},
+            **trainer,
+        },
         "torch": {"train_dtype": "float32", "gen_dtype": "float32", "num_threads": 1},
     }
-    path = folder / "ray_step.yaml"
+    path = folder / f"{block['experiment_name']}.yaml"
     path.write_text(yaml.safe_dump({"astuner": block}), encoding="utf-8")
     return path
 
@@ -99,3 +105,51 @@ def test_a_torch_training_step_with_rollouts_on_a_local_ray_cluster(
             c.response_ids and c.response_logprobs for c in trajectory.calls
         )
         assert isinstance(trajectory.reward, float)
+
+
+@pytest.mark.slow
+def test_asynchronous_steps_on_a_ray_cluster_share_one_public_gateway(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """max_staleness 1: each step's batch overlaps the next one's, in Ray workers that reach the trainer
+    through the gateway ASTUNER_GATEWAY_HOST names (127.0.0.2, another loopback address), held for the
+    whole run (RolloutRunner.session; kernel/tests/rollout/test_executors.py checks that overlapping
+    runs share it). Every call of step s is sampled by the weights of update s-1 or s-2."""
+    ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent))
+    assert ray_bin is not None, "ray is in requirements-dev.txt"
+    conf = _config(
+        tmp_path,
+        tiny_model_dir,
+        total_training_steps=3,
+        save_freq=3,
+        max_staleness=1,
+        algorithm={"rollout_correction": {"rollout_is": "token"}},
+    )
+    with RayHead(ray_bin, num_cpus=2) as head:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ASTUNER_")}
+        env.update(RAY_ADDRESS=head.address, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+        env["ASTUNER_GATEWAY_HOST"] = "127.0.0.2"
+        command = [sys.executable, "-m", "astuner", "run", "--conf", str(conf), "--backbone", "torch"]
+        process = subprocess.Popen(
+            [*command, "-o", "rollout.executor=ray"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    (run,) = sorted((tmp_path / "launcher_record" / "ray_async").iterdir())
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [m for m in metrics if "async/staleness_max" in m]
+    assert [m["step"] for m in steps] == [1, 2, 3]
+    assert all(m["async/staleness_max"] <= 1 for m in steps)
+    assert steps[1]["async/calls_stale_1"] > 0  # step 2's batch began before the first update
+    for step in (1, 2, 3):
+        trajectories = read_trajectories(run / "rollouts" / f"step_{step}.jsonl")
+        assert len(trajectories) == 2 * 2
+        for trajectory in trajectories:
+            assert trajectory.error is None, trajectory.error
+            assert trajectory.metadata["workflow_output"]["metadata"]["pid"] != process.pid
+            assert {c.policy_version for c in trajectory.calls} <= {step - 2, step - 1}
