@@ -94,6 +94,54 @@ def base_run(tmp_path_factory, tiny_model_dir: Path) -> Path:
     return run
 
 
+# The last commit before asynchronous rollouts (trainer_common.max_staleness): its synchronous loop is
+# what max_staleness 0, the default, must still reproduce.
+BEFORE_ASYNC = "44ca50b779f65f781233183b2258998542e90524"
+REPO = HERE.parents[2]
+
+
+def code_of(commit: str, folder: Path) -> str | None:
+    """The kernel's and plugins' source folders of `commit`, unpacked into `folder`, as a PYTHONPATH;
+    None where this checkout has no such commit (a shallow clone, an unpacked release)."""
+    if not (REPO / ".git").exists():
+        return None
+    known = subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{commit}^{{commit}}"], check=False)
+    if known.returncode != 0:
+        return None
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+    sources = [folder / "kernel" / "src", *sorted(folder.glob("plugins/*/src"))]
+    return os.pathsep.join(str(path) for path in sources)
+
+
+@pytest.mark.slow
+def test_staleness_0_trains_as_the_loop_before_asynchronous_rollouts_bit_for_bit(
+    base_run: Path, tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """The same run on the code of the commit before max_staleness existed: the same metrics (but the
+    timings) and the same weights, bit for bit."""
+    old_code = code_of(BEFORE_ASYNC, tmp_path)
+    if old_code is None:
+        pytest.skip(f"this checkout has no commit {BEFORE_ASYNC[:8]} (a shallow clone?)")
+    conf = write_conf(tmp_path, tiny_model_dir, "straight")
+    finish(astuner_run(conf, env={"PYTHONPATH": os.pathsep.join([old_code, str(HERE)])}))
+    (before,) = run_folders(tmp_path, "straight")
+
+    def records(run: Path) -> list[dict]:
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in row.items() if not k.startswith(("timing/", "perf/"))} for row in rows]
+
+    assert records(base_run) == records(before)
+    for step in range(1, STEPS + 1):
+        expected, got = (
+            weights(before / "checkpoints" / f"step_{step}"),
+            weights(base_run / "checkpoints" / f"step_{step}"),
+        )
+        assert expected.keys() == got.keys()
+        for name in expected:
+            assert torch.equal(expected[name], got[name]), (step, name)
+
+
 @pytest.mark.slow
 def test_a_run_leaves_metrics_tensorboard_rollouts_and_loadable_checkpoints(base_run: Path) -> None:
     records = [json.loads(line) for line in (base_run / "metrics.jsonl").read_text().splitlines()]
