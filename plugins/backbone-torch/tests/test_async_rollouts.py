@@ -1,11 +1,13 @@
 """Asynchronous rollouts (`trainer_common.max_staleness`): the config's refusal, the per-call staleness the
 update weighs and reports, the rollout copy, the engine's queue, and tiny runs that generate during the
-update, stay within their bound and resume at the right tasks; with 0, the synchronous loop, reproducibly."""
+update, stay within their bound and resume at the right tasks (also killed mid-save, with a batch in
+flight); with 0, the synchronous loop, reproducibly."""
 
 import asyncio
 import json
 import math
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -22,12 +24,13 @@ from astuner_backbone_torch.backbone import (  # noqa: E402
     staleness_metrics,
 )
 from astuner_backbone_torch.batching import make_micro_batches  # noqa: E402
+from astuner_backbone_torch.checkpoint import latest_checkpoint, read_checkpoint  # noqa: E402
 from astuner_backbone_torch.engine import TransformersEngine, TransformersEngineSettings  # noqa: E402
 from astuner_backbone_torch.losses import step_norm  # noqa: E402
 from astuner_backbone_torch.policy import Policy  # noqa: E402
 from astuner_backbone_torch.settings import TorchSettings  # noqa: E402
 from astuner_backbone_torch.trainer import PolicyTrainer  # noqa: E402
-from test_backbone_run import HERE, run_folders, weights, write_conf  # noqa: E402
+from test_backbone_run import HERE, astuner_run, run_folders, weights, write_conf  # noqa: E402
 from test_trainer import fixed_batch, make_trainer, with_old_logprobs  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
@@ -295,6 +298,87 @@ def test_a_run_one_step_stale_keeps_its_bound_and_resumes_at_the_next_step_with_
     assert tasks_of(resumed, 3) == tasks_of(run, 3)
     step_3 = read_trajectories(resumed / "rollouts" / "step_3.jsonl")
     assert {c.policy_version for t in step_3 for c in t.calls} == {2}  # the checkpoint's weights
+
+
+def held_rollouts(path: Path) -> list[dict]:
+    """The rollouts `tiny_workflows` holds in flight (BT_HOLD_FILE), as far as written."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines(keepends=True) if line.endswith("\n")]
+
+
+@pytest.mark.slow
+def test_a_run_killed_mid_save_with_the_next_batch_in_flight_resumes_after_its_last_whole_checkpoint(
+    plugins, workdir: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGKILL while step 2's checkpoint is half-written in its thread and step 3's six rollouts are under
+    way (each held after its first call): the killed run keeps step 1's checkpoint and whole metrics lines
+    only; resuming (auto) runs steps 2 and 3 on the killed run's tasks, step 2 from step 1's weights, and
+    redraws step 3's rollouts whole instead of training on the killed run's. The killed run is a process
+    of its own; the resumed one runs here (one interpreter start less)."""
+    conf = write_conf(
+        workdir,
+        tiny_model_dir,
+        "async_killed",
+        trainer_common={"total_training_steps": 3, "save_freq": 1, "test_freq": 10, "max_staleness": 1},
+        # nothing here compares samples between runs: batches need not wait to gather every request
+        rollout={"engines": {"transformers": {"batch_wait_ms": 10, "num_threads": 1}}},
+    )
+    pause, hold = workdir / "paused", workdir / "held.jsonl"
+    env = {
+        "BT_PAUSE_SAVE": "2",
+        "BT_PAUSE_FILE": str(pause),
+        "BT_HOLD_GROUP": "step3-",
+        "BT_HOLD_FILE": str(hold),
+    }
+    process = astuner_run(conf, CORRECTED, env=env)
+    deadline = time.monotonic() + 240
+    try:
+        while not (pause.exists() and len(held_rollouts(hold)) == 6):
+            assert process.poll() is None, process.communicate()[0]
+            assert time.monotonic() < deadline, "the run never saved step 2 with step 3's rollouts in flight"
+            time.sleep(0.1)
+    finally:
+        process.kill()  # SIGKILL: no handler, no flush, no cleanup runs
+        process.communicate(timeout=60)
+    held = held_rollouts(hold)
+    (killed,) = run_folders(workdir, "async_killed")
+    half = Path(pause.read_text())
+    assert half.parent == killed / "checkpoints" and (half / "model.safetensors").is_file()
+    # the half-written save sits in a temporary folder only, which no lookup takes for a checkpoint
+    assert sorted(p.name for p in half.parent.iterdir()) == [half.name, "step_1"]
+    assert half.name.startswith(".step_2-") and read_checkpoint(half) is None
+    assert latest_checkpoint([killed]).step == 1
+    text = (killed / "metrics.jsonl").read_text()
+    assert text.endswith("\n") and [json.loads(line)["step"] for line in text.splitlines()] == [1]
+    assert len(tasks_of(killed, 2)) == 6  # step 2 was trained on (its save was under way)
+    assert not (killed / "rollouts" / "step_3.jsonl").exists()  # none of step 3's rollouts ended
+
+    plugins.add(torch_plugin, name="backbone_torch")
+    monkeypatch.syspath_prepend(str(HERE))
+    resume = ["-o", CORRECTED, "-o", "trainer_common.resume=auto"]
+    result = CliRunner().invoke(
+        make_app(plugins), ["run", "--conf", str(conf), "--backbone", "torch", *resume]
+    )
+    assert result.exit_code == 0, result.output
+    assert not half.exists()  # resuming cleared the half-written save
+    resumed = next(p for p in run_folders(workdir, "async_killed") if p != killed)
+    records = metrics_of(resumed)
+    assert [r["step"] for r in records] == [2, 3]
+    assert sorted(p.name for p in (resumed / "checkpoints").iterdir()) == ["step_2", "step_3"]
+    assert tasks_of(resumed, 2) == tasks_of(killed, 2)
+    assert tasks_of(resumed, 3) == sorted(h["task_id"] for h in held)
+    step_2 = read_trajectories(resumed / "rollouts" / "step_2.jsonl")
+    assert {c.policy_version for t in step_2 for c in t.calls} == {1}  # the checkpoint's weights
+    step_3 = read_trajectories(resumed / "rollouts" / "step_3.jsonl")
+    assert all(len(t.calls) == 2 and t.error is None for t in step_3)
+    assert {c.policy_version for t in step_3 for c in t.calls} <= {1, 2}
+    # each step trained on the calls of its own six recorded rollouts, whole: none of the killed run's
+    # held one-call rollouts joined them (a call with an empty response is not merged)
+    for record, rollouts in zip(records, (step_2, step_3), strict=True):
+        assert len(rollouts) == 6 and record["train/turns_mean"] == 2
+        assert record["train/calls_merged"] == sum(bool(c.response_ids) for t in rollouts for c in t.calls)
+    assert not {t.trajectory_id for t in step_3} & {h["rollout_id"] for h in held}
 
 
 @pytest.mark.slow
