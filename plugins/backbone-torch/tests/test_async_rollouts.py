@@ -79,13 +79,15 @@ def test_a_request_arriving_while_weights_wait_runs_on_the_new_ones(tiny_model_d
 
     async def scenario():
         long = asyncio.ensure_future(
-            engine.generate([5, 17, 42], SamplingParams(temperature=0.0, max_tokens=400))
+            engine.generate([5, 17, 42], SamplingParams(temperature=0.0, max_tokens=1500))
         )
-        while engine.batches_run == 0:
+        # the batch holds the weights (it counts itself in a moment before it takes them)
+        while not engine.weights_lock.locked():
             await asyncio.sleep(0.001)
         swapping = threading.Thread(target=swap)
         swapping.start()
         while not engine.weight_change_waiting:
+            assert not long.done(), "the long reply ended before the swap asked for the weights"
             await asyncio.sleep(0.001)
         late = await engine.generate([9, 9, 9], SamplingParams(temperature=0.0, max_tokens=3))
         swapping.join()
