@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -72,27 +73,39 @@ def _config(folder: Path, tiny_model_dir: Path, **trainer: object) -> Path:
     return path
 
 
-@pytest.mark.slow
-def test_a_torch_training_step_with_rollouts_on_a_local_ray_cluster(
-    tmp_path: Path, tiny_model_dir: Path
-) -> None:
+@pytest.fixture(scope="module")
+def ray_address() -> Iterator[str]:
+    """A local Ray head for this module's runs (its process stopped by PID at the end)."""
     ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent))
     assert ray_bin is not None, "ray is in requirements-dev.txt"
-    conf = _config(tmp_path, tiny_model_dir)
     with RayHead(ray_bin, num_cpus=2) as head:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ASTUNER_")}
-        env.update(RAY_ADDRESS=head.address, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
-        command = [sys.executable, "-m", "astuner", "run", "--conf", str(conf), "--backbone", "torch"]
-        process = subprocess.Popen(
-            [*command, "-o", "rollout.executor=ray"],
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        output, _ = process.communicate(timeout=300)
+        yield head.address
+
+
+def run_on_ray(conf: Path, address: str, **env: str) -> subprocess.Popen:
+    """`astuner run --backbone torch -o rollout.executor=ray` of `conf` against the cluster at `address`,
+    finished (its output shown if it failed)."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("ASTUNER_")}
+    environment.update(RAY_ADDRESS=address, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", **env)
+    command = [sys.executable, "-m", "astuner", "run", "--conf", str(conf), "--backbone", "torch"]
+    process = subprocess.Popen(
+        [*command, "-o", "rollout.executor=ray"],
+        cwd=conf.parent,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    output, _ = process.communicate(timeout=300)
     assert process.returncode == 0, output
+    return process
+
+
+@pytest.mark.slow
+def test_a_torch_training_step_with_rollouts_on_a_local_ray_cluster(
+    tmp_path: Path, tiny_model_dir: Path, ray_address: str
+) -> None:
+    process = run_on_ray(_config(tmp_path, tiny_model_dir), ray_address)
     (run,) = sorted((tmp_path / "launcher_record" / "ray_step").iterdir())
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert any(m.get("step") == 1 for m in metrics), metrics
@@ -109,14 +122,12 @@ def test_a_torch_training_step_with_rollouts_on_a_local_ray_cluster(
 
 @pytest.mark.slow
 def test_asynchronous_steps_on_a_ray_cluster_share_one_public_gateway(
-    tmp_path: Path, tiny_model_dir: Path
+    tmp_path: Path, tiny_model_dir: Path, ray_address: str
 ) -> None:
     """max_staleness 1: each step's batch overlaps the next one's, in Ray workers that reach the trainer
     through the gateway ASTUNER_GATEWAY_HOST names (127.0.0.2, another loopback address), held for the
     whole run (RolloutRunner.session; kernel/tests/rollout/test_executors.py checks that overlapping
     runs share it). Every call of step s is sampled by the weights of update s-1 or s-2."""
-    ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent))
-    assert ray_bin is not None, "ray is in requirements-dev.txt"
     conf = _config(
         tmp_path,
         tiny_model_dir,
@@ -125,21 +136,7 @@ def test_asynchronous_steps_on_a_ray_cluster_share_one_public_gateway(
         max_staleness=1,
         algorithm={"rollout_correction": {"rollout_is": "token"}},
     )
-    with RayHead(ray_bin, num_cpus=2) as head:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ASTUNER_")}
-        env.update(RAY_ADDRESS=head.address, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
-        env["ASTUNER_GATEWAY_HOST"] = "127.0.0.2"
-        command = [sys.executable, "-m", "astuner", "run", "--conf", str(conf), "--backbone", "torch"]
-        process = subprocess.Popen(
-            [*command, "-o", "rollout.executor=ray"],
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        output, _ = process.communicate(timeout=300)
-    assert process.returncode == 0, output
+    process = run_on_ray(conf, ray_address, ASTUNER_GATEWAY_HOST="127.0.0.2")
     (run,) = sorted((tmp_path / "launcher_record" / "ray_async").iterdir())
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [m for m in metrics if "async/staleness_max" in m]
