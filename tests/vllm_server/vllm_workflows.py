@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 
@@ -28,3 +29,23 @@ class KillsTheServerAtStep2(AnswerOnce):
                 os.kill(server.pid, signal.SIGKILL)
                 server.process.wait()
         return await super().execute(workflow_task, model_tuner)
+
+
+class AnswerTwiceOnNewWeights(AnswerOnce):
+    """Asks, then, once the server serves the weights its step trains from (update step - 1), asks again
+    in the same conversation. With `trainer_common.max_staleness` a batch starts a step or more early: its
+    first calls are stale, its second ones fresh, sampled by weights synced while other calls ran."""
+
+    async def execute(self, workflow_task: WorkflowTask, model_tuner: ModelTuner) -> WorkflowOutput:
+        messages = [{"role": "user", "content": workflow_task.task.main_query}]
+        first = await model_tuner.chat(messages)
+        step = int(workflow_task.group_id.split("-")[0].removeprefix("step"))
+        while model_tuner.engine.version < step - 1:
+            await asyncio.sleep(0.05)
+        messages += [
+            {"role": "assistant", "content": first.content},
+            {"role": "user", "content": "So the answer is?"},
+        ]
+        call = await model_tuner.chat(messages)
+        right = str(workflow_task.task.metadata["answer"]) in call.content
+        return WorkflowOutput(reward=float(right), is_success=right, response=call.content)

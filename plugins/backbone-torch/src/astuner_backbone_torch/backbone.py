@@ -11,14 +11,16 @@ With per-agent adapters (`agents.<name>.lora`) the policy holds one adapter
 per agent, the engine routes each agent's calls to its adapter, and each
 trained adapter learns from its own agent's samples (see `adapters`).
 
-With `trainer_common.max_staleness` N > 0 (asynchronous rollouts, engine
-transformers) the loop is a pipeline: at the start of step s, once the
-weights of update s-1 are in, the rollouts of every step up to s+N are
-under way; step s waits for its own batch only, and its update runs in a
-worker thread while the batches ahead keep generating from the rollout
-copy, which the update does not touch. The copy takes the new weights
-between decoding batches (under the engine's lock), and each call records
-the version that sampled it. A batch launched at the start of step s is
+With `trainer_common.max_staleness` N > 0 (asynchronous rollouts) the loop
+is a pipeline: at the start of step s, once the weights of update s-1 are
+in, the rollouts of every step up to s+N are under way; step s waits for its
+own batch only, and its update runs in a worker thread while the batches
+ahead keep generating from weights the update does not touch: the
+transformers engine's rollout copy, which takes the new weights between
+decoding batches (under the engine's lock), or a vLLM server, which gets
+them as a new adapter or an in-place reload once its requests in flight
+need the old ones no more (`vllm_rollout`). Each call records the version
+that sampled it. A batch launched at the start of step s is
 sampled by weights s-1 or newer, and used at step s+N at the latest, so
 every call of the batch step s trains on is at most N updates old (checked
 each step); the update corrects for it with
@@ -301,6 +303,7 @@ class TorchBackbone:
                 config.model.lora.rank,
                 policy,
                 ctx.experiment.path,
+                config.trainer_common.max_staleness,
             )
         else:
             engine_reg = ctx.plugins.get("engine", "transformers")
@@ -345,7 +348,7 @@ class TorchBackbone:
         get_logger(backbone="torch").info("step", step=step, of=steps.total, **fields)
 
     async def _async_steps(
-        self, steps: _Steps, runner: RolloutRunner, engine: TransformersEngine, start: int
+        self, steps: _Steps, runner: RolloutRunner, engine: RolloutEngine, start: int
     ) -> None:
         """Steps `start + 1` to `steps.total` with rollouts up to `max_staleness` steps ahead (see the
         module docstring)."""
@@ -370,10 +373,12 @@ class TorchBackbone:
                 # The weights of update step - 1 are in: what starts now is at most `bound` stale at use.
                 for upcoming in range(max(ahead, default=step - 1) + 1, min(step + bound, steps.total) + 1):
                     launch(upcoming)
-                prompt_tokens = engine.prompt_tokens()
+                prompt_tokens = engine.prompt_tokens() if isinstance(engine, TransformersEngine) else None
                 batch = ahead.pop(step)
                 trajectories = await batch.task
                 got = time.perf_counter()
+                if isinstance(engine, VllmRollout):  # a dead server stops the run, not every rollout
+                    await engine.check_alive()
                 versions = call_staleness(trajectories, step - 1)
                 if versions and max(versions) > bound:
                     raise AstunerError(
@@ -389,13 +394,19 @@ class TorchBackbone:
                 )
                 metrics.update({f"actor/{k}": v for k, v in update.items()})
                 trained = time.perf_counter()
-                await asyncio.to_thread(_swap_weights, engine, steps.trainer.policy, step)
+                if isinstance(engine, TransformersEngine):
+                    await asyncio.to_thread(_swap_weights, engine, steps.trainer.policy, step)
+                else:  # the server gets the weights while the batches ahead generate on it
+                    await engine.weights_updated(step)
                 updated = time.perf_counter()
                 metrics.update(staleness_metrics(versions, bound))
-                metrics["rollout/prompt_tokens_reused_frac"] = engine.prompt_reuse_since(prompt_tokens)
+                if isinstance(engine, TransformersEngine) and prompt_tokens is not None:
+                    metrics["rollout/prompt_tokens_reused_frac"] = engine.prompt_reuse_since(prompt_tokens)
                 metrics["timing/rollout_s"] = batch.seconds()
                 metrics["timing/wait_rollout_s"] = got - began
-                metrics["timing/wait_weights_s"] = _waited_for_weights(list(ahead.values()), got, updated)
+                idle = _waited_for_weights(list(ahead.values()), got, updated)
+                # Both spans end with the sync: the longer one is their union.
+                metrics["timing/wait_weights_s"] = max(idle, _held_for_weights(engine))
                 metrics["timing/update_s"] = trained - got
                 metrics["timing/sync_s"] = updated - trained
                 await self._end_step(steps, runner, step, metrics, began, batch.position)
@@ -509,27 +520,20 @@ def refuse_unsupported_staleness(config: AstunerConfig) -> None:
     bound = config.trainer_common.max_staleness
     if not bound:
         return
-    if config.rollout.engine == "vllm":
-        raise ConfigError(
-            f"trainer_common.max_staleness is {bound}, but asynchronous rollouts are not supported with "
-            "rollout.engine: vllm yet: the server reloads the weights in place, and the requests in flight "
-            "during an update would see them half-synced. Use rollout.engine: transformers (or auto), or "
-            "trainer_common.max_staleness: 0."
-        )
 
 
-def asynchronous_engine(engine: RolloutEngine, bound: int) -> TransformersEngine | None:
+def asynchronous_engine(engine: RolloutEngine, bound: int) -> RolloutEngine | None:
     """The engine asynchronous rollouts run on with `trainer_common.max_staleness` `bound` (None for 0:
-    the synchronous loop runs); an AstunerError where it is not the in-process transformers engine,
-    rather than a silently synchronous run."""
+    the synchronous loop runs); an AstunerError where it is neither the in-process transformers engine
+    nor a vLLM server kept in step (`VllmRollout`), rather than a silently synchronous run."""
     if not bound:
         return None
-    if not isinstance(engine, TransformersEngine):
+    if not isinstance(engine, TransformersEngine | VllmRollout):
         raise AstunerError(
             f"trainer_common.max_staleness is {bound}, but the rollout engine is {type(engine).__name__}: "
-            "asynchronous rollouts need the in-process transformers engine (rollout.engine: transformers "
-            "or auto), which swaps the weights between decoding batches. Use it, or "
-            "trainer_common.max_staleness: 0."
+            "asynchronous rollouts need the in-process transformers engine, which swaps the weights "
+            "between decoding batches, or the vLLM server (rollout.engine: vllm), which gets them without "
+            "disturbing the requests in flight. Use one, or trainer_common.max_staleness: 0."
         )
     return engine
 
@@ -585,6 +589,12 @@ def _swap_weights(engine: TransformersEngine, policy: Policy, version: int) -> N
     with engine.changing_weights():
         policy.sync_generator()
         engine.policy_version = version
+
+
+def _held_for_weights(engine: RolloutEngine) -> float:
+    """Seconds the last sync held new requests back while those in flight ended (a vLLM server's
+    reload of full weights); 0 for the transformers engine, whose swap `_waited_for_weights` covers."""
+    return engine.held_seconds if isinstance(engine, VllmRollout) else 0.0
 
 
 def _waited_for_weights(ahead: list[_Batch], since: float, until: float) -> float:

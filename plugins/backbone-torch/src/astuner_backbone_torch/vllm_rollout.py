@@ -6,24 +6,33 @@ goes to the server, and every call records the version it was sampled with:
 
 - **LoRA** (`model.lora.rank > 0`): the adapter is saved to a folder and
   loaded into the running server under a new name (`policy-v<step>`,
-  runtime LoRA loading); requests then name it, and the previous adapter is
-  unloaded. A few megabytes per step.
+  runtime LoRA loading); new requests then name it. An adapter no longer
+  served is unloaded once no request in flight uses it (counted per served
+  name and version here). A few megabytes per step.
 - **Full weights**: the weights are saved as safetensors and the server
   reloads them in place (`/collective_rpc reload_weights`), then forgets its
   cached prefixes. On a GPU cluster verl and Trinity stream weights over
   NCCL instead; a file is what vLLM supports on CPU. The server is started
   from such a folder too (`save_for_vllm`), not from the model's own.
 
-Rollouts never overlap an update in backbone `torch`, so no request can see
-half-synced weights.
+With `trainer_common.max_staleness` 0 no rollout overlaps an update, so
+nothing is in flight when the weights change. With N > 0 the batches ahead
+keep generating on the server while the policy trains here, and the new
+weights must not reach a request sampled by the old ones, or its recorded
+version would be false: an adapter stays loaded while its requests run (the
+server holds up to N + 2 at once, `server_flags`), and an in-place reload is
+a barrier: new requests wait, the ones in flight end, the server reloads,
+then the waiting requests go (their wait is `held_seconds`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import shutil
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -31,7 +40,15 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel
 from safetensors.torch import save_file
 
-from astuner.api import ClosesAsync, EngineModel, Generation, SamplingParams, TokenEngine, get_logger
+from astuner.api import (
+    AstunerError,
+    ClosesAsync,
+    EngineModel,
+    Generation,
+    SamplingParams,
+    TokenEngine,
+    get_logger,
+)
 from astuner.training import FollowsPolicy, PluginError, Plugins
 from astuner_backbone_torch.models import resolve_model_dir
 from astuner_backbone_torch.policy import Policy
@@ -47,11 +64,19 @@ class PolicyServer(FollowsPolicy, TokenEngine, ClosesAsync, Protocol):
     """What this module needs of engine `vllm`: a token engine kept in step with the policy."""
 
 
-def server_flags(policy: Policy, lora_rank: int) -> tuple[list[str], dict[str, str]]:
-    """Arguments and environment a started server needs for this policy's weight updates."""
-    if policy.lora:
+def server_flags(lora: bool, lora_rank: int, max_staleness: int = 0) -> tuple[list[str], dict[str, str]]:
+    """Arguments and environment a started server needs for the policy's weight updates (`lora`:
+    adapters of rank `lora_rank`; else full weights).
+
+    With `max_staleness` N, while update s loads its adapter the server
+    holds versions s-1-N to s at most, N + 2 (2 with N = 0): a request
+    sampled by version v belongs to a batch trained at step v + 1 + N at the
+    latest, so when update s-1 unloaded the adapters no request used, none
+    older than s-1-N was in use.
+    """
+    if lora:
         rank = next((r for r in VLLM_LORA_RANKS if r >= lora_rank), VLLM_LORA_RANKS[-1])
-        args = ["--enable-lora", "--max-lora-rank", str(rank), "--max-loras", "2"]
+        args = ["--enable-lora", "--max-lora-rank", str(rank), "--max-loras", str(max_staleness + 2)]
         return args, {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
     return [], {"VLLM_SERVER_DEV_MODE": "1"}
 
@@ -65,6 +90,17 @@ class VllmRollout:
         self.folder = folder
         self.tokenizer_path = tokenizer_path
         self.sync_seconds: list[float] = []
+        # The version new requests are sampled by (the server's weights, or the adapter they name).
+        self.version = 0
+        # Seconds the last update held new requests back (full weights: until those in flight ended).
+        self.held_seconds = 0.0
+        self._in_flight: Counter[tuple[str, int]] = Counter()
+        self._idle = asyncio.Event()  # set while no request is in flight
+        self._idle.set()
+        self._admitting = asyncio.Event()  # cleared while full weights reload: new requests wait
+        self._admitting.set()
+        self._retired: list[str] = []  # adapters served no more, unloaded once no request uses them
+        self._weights_folder: Path | None = None
 
     @classmethod
     def start(
@@ -75,16 +111,19 @@ class VllmRollout:
         lora_rank: int,
         policy: Policy,
         run_folder: Path,
+        max_staleness: int = 0,
     ) -> VllmRollout:
         """The engine `vllm` (plugin astuner-engine-vllm), serving the policy's initial weights.
 
         `settings`: the engine's own block (`rollout.engines.vllm`), `model` the policy's model as
-        the engine serves it, `lora_rank` `model.lora.rank` (the server's adapter rank).
+        the engine serves it, `lora_rank` `model.lora.rank` (the server's adapter rank),
+        `max_staleness` `trainer_common.max_staleness` (how many adapters it holds at once).
         """
         reg = plugins.get("engine", "vllm")
-        args, env = server_flags(policy, lora_rank)
+        args, env = server_flags(policy.lora, lora_rank, max_staleness)
         model_dir = resolve_model_dir(model.path)
-        folder = run_folder / "vllm_weights"
+        # Absolute: a server attached through a URL runs in a folder of its own.
+        folder = (run_folder / "vllm_weights").absolute()
 
         def initial_weights() -> str:  # a server started for full weights serves a copy it can reload
             save_for_vllm(policy.model, folder / "weights-v0", tokenizer_dir=Path(model_dir))
@@ -112,10 +151,32 @@ class VllmRollout:
                 "astuner start it (no rollout.engine_url)"
             )
         engine.serve_as(engine.served_name, 0)
-        return cls(engine, policy, folder, model_dir)
+        rollout = cls(engine, policy, folder, model_dir)
+        if not policy.lora and not engine.attached:
+            rollout._weights_folder = folder / "weights-v0"
+        return rollout
 
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
-        return await self.engine.generate(prompt_ids, sampling)
+        """Sample on the server with the weights it serves now, counted in flight under their name and
+        version until the answer comes (a reload of full weights waits for it; an adapter stays)."""
+        while not self._admitting.is_set():
+            await self._admitting.wait()
+        # Read with no await before the engine's own read in `generate`: the same name and version.
+        key = (self.engine.served_name, self.version)
+        self._in_flight[key] += 1
+        self._idle.clear()
+        try:
+            return await self.engine.generate(prompt_ids, sampling)
+        finally:
+            self._in_flight[key] -= 1
+            if not self._in_flight[key]:
+                del self._in_flight[key]
+            if not self._in_flight:
+                self._idle.set()
+
+    def in_flight(self) -> dict[tuple[str, int], int]:
+        """Requests awaiting the server, by the served name and version they were sent with."""
+        return dict(self._in_flight)
 
     @contextlib.contextmanager
     def changing_weights(self) -> Iterator[None]:
@@ -123,8 +184,11 @@ class VllmRollout:
         yield
 
     async def weights_updated(self, version: int) -> None:
-        """Send the policy after update `version` to the server; later calls are sampled with it."""
+        """Send the policy after update `version` to the server; later calls are sampled with it.
+
+        Nothing may change the policy until this returns (it is read in a worker thread)."""
         began = time.perf_counter()
+        self.held_seconds = 0.0
         if self.policy.lora:
             await self._load_adapter(version)
         else:
@@ -135,26 +199,55 @@ class VllmRollout:
     async def _load_adapter(self, version: int) -> None:
         name = f"{ADAPTER_PREFIX}{version}"
         folder = self.folder / name
-        self.policy.model.save_pretrained(str(folder))
+        await asyncio.to_thread(self.policy.model.save_pretrained, str(folder))
         await self.engine.load_adapter(name, folder)
         previous = self.engine.served_name
         self.engine.serve_as(name, version)
+        self.version = version
         if previous.startswith(ADAPTER_PREFIX):
-            await self.engine.unload_adapter(previous)
-            shutil.rmtree(self.folder / previous, ignore_errors=True)
+            self._retired.append(previous)
+        await self._unload_unused()
+
+    async def _unload_unused(self) -> None:
+        """Unload every adapter served no more that no request in flight names (their versions stay
+        true: a request keeps the adapter it was sent to)."""
+        used = {name for name, _ in self._in_flight}
+        for name in [n for n in self._retired if n not in used]:
+            self._retired.remove(name)
+            await self.engine.unload_adapter(name)
+            shutil.rmtree(self.folder / name, ignore_errors=True)
 
     async def _reload_weights(self, version: int) -> None:
         # A new folder each time: the server may still map the files it read last time.
         folder = self.folder / f"weights-v{version}"
-        save_for_vllm(self.policy.model, folder)
-        await self.engine.reload_weights(folder)
-        self.engine.serve_as(self.engine.served_name, version)
-        shutil.rmtree(self.folder / f"weights-v{version - 1}", ignore_errors=True)
+        await asyncio.to_thread(save_for_vllm, self.policy.model, folder)
+        self._admitting.clear()
+        try:
+            holding = time.perf_counter()
+            await self._idle.wait()
+            self.held_seconds = time.perf_counter() - holding
+            await self.engine.reload_weights(folder)
+            self.engine.serve_as(self.engine.served_name, version)
+            self.version = version
+        finally:
+            self._admitting.set()
+        if self._weights_folder is not None:
+            shutil.rmtree(self._weights_folder, ignore_errors=True)
+        self._weights_folder = folder
 
     async def check_alive(self) -> None:
         await self.engine.check_alive()
 
     async def aclose(self) -> None:
+        """Close the engine (stopping a server it started); an attached server keeps running, so the
+        adapters loaded into it are unloaded first (a second run would find their names taken)."""
+        if self.engine.attached and self.policy.lora:
+            served = self.engine.served_name
+            loaded = [*self._retired, *([served] if served.startswith(ADAPTER_PREFIX) else [])]
+            for name in loaded:
+                with contextlib.suppress(AstunerError):  # a server gone is what the run reports
+                    await self.engine.unload_adapter(name)
+            self._retired.clear()
         await self.engine.aclose()
         shutil.rmtree(self.folder, ignore_errors=True)
 
