@@ -19,7 +19,6 @@ from astuner_backbone_torch.backbone import (  # noqa: E402
     TorchBackbone,
     asynchronous_engine,
     call_staleness,
-    refuse_unsupported_staleness,
     sample_staleness,
     staleness_metrics,
 )
@@ -55,15 +54,6 @@ def test_staleness_without_importance_sampling_is_refused_naming_both_keys() -> 
     assert "trainer_common.algorithm.rollout_correction.rollout_is" in message
     assert load_config(None, ["trainer_common.max_staleness=2", CORRECTED], environ={})
     assert load_config(None, [], environ={}).trainer_common.max_staleness == 0
-
-
-@pytest.mark.parametrize(("override", "named"), [("rollout.engine=vllm", "rollout.engine: vllm")])
-def test_staleness_on_what_cannot_run_asynchronously_yet_is_refused(override: str, named: str) -> None:
-    config = load_config(None, ["trainer_common.max_staleness=1", CORRECTED, override], environ={})
-    with pytest.raises(ConfigError, match="not supported") as caught:
-        refuse_unsupported_staleness(config)
-    assert named in str(caught.value)
-    refuse_unsupported_staleness(load_config(None, [override], environ={}))  # synchronous: fine
 
 
 def test_a_request_arriving_while_weights_wait_runs_on_the_new_ones(tiny_model_dir: Path) -> None:

@@ -161,7 +161,6 @@ class TorchBackbone:
                 "that runs other engines (verl, trinity)."
             )
         on_vllm = config.rollout.engine == "vllm"
-        refuse_unsupported_staleness(config)
         if on_vllm:
             refuse_agent_adapters(
                 config.agents,
@@ -513,13 +512,6 @@ def checkpoint_size(policy: Policy) -> int:
     trainable = list(policy.trainable_parameters())
     weights = trainable if policy.lora else list(policy.model.state_dict().values())
     return checkpoint_bytes(weights, trainable)
-
-
-def refuse_unsupported_staleness(config: AstunerConfig) -> None:
-    """A ConfigError where `trainer_common.max_staleness` > 0 meets what cannot run asynchronously yet."""
-    bound = config.trainer_common.max_staleness
-    if not bound:
-        return
 
 
 def asynchronous_engine(engine: RolloutEngine, bound: int) -> RolloutEngine | None:

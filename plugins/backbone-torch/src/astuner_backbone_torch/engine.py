@@ -106,8 +106,10 @@ class TransformersEngine:
         # lock (through `changing_weights`) so no batch sees a half-updated model.
         self.weights_lock = threading.Lock()
         # Set while a weight change waits for the lock: a running batch then admits no more requests,
-        # so it ends and the change goes in (rollouts running during an update would keep it going).
+        # so it ends and the change goes in (rollouts running during an update would keep it going),
+        # and the next batch waits for the change (notified here) rather than race it for the lock.
         self._weights_waiting = threading.Event()
+        self._weights_changed = threading.Condition()
         self.adapter_names = frozenset(adapters)
         # Decoding steps on fused, packed weight copies (CPU, Llama-shaped models, no adapters).
         self.decoder = packed_decoder(model) if self.settings.packed_decoding and not adapters else None
@@ -168,7 +170,9 @@ class TransformersEngine:
                     if self.decoder is not None:
                         self.decoder.invalidate()
         finally:
-            self._weights_waiting.clear()
+            with self._weights_changed:
+                self._weights_waiting.clear()
+                self._weights_changed.notify_all()
 
     @property
     def weight_change_waiting(self) -> bool:
@@ -252,6 +256,10 @@ class TransformersEngine:
             torch.manual_seed(sampling.seed)
         eos = frozenset(self.eos_ids)
         admitted: list[_Request] = []
+        # A lock is not first come, first served: a batch that took it as soon as the one before let go
+        # would run on the old weights, and batch after batch could keep an update out past its bound.
+        with self._weights_changed:
+            self._weights_changed.wait_for(lambda: not self._weights_waiting.is_set())
         self.batches_run += 1
         try:
             with self.weights_lock, self._adapter(sampling.adapter):
