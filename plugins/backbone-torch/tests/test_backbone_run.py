@@ -72,7 +72,10 @@ def astuner_run(conf: Path, *overrides: str, env: dict | None = None) -> subproc
 
 
 def finish(process: subprocess.Popen) -> str:
-    output, _ = process.communicate(timeout=240)
+    try:
+        output, _ = process.communicate(timeout=240)
+    finally:
+        process.kill()  # a run still going after the timeout: no leftover process (a no-op once ended)
     assert process.returncode == 0, output
     return output
 

@@ -78,7 +78,9 @@ def ray_address() -> Iterator[str]:
     """A local Ray head for this module's runs (its process stopped by PID at the end)."""
     ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent))
     assert ray_bin is not None, "ray is in requirements-dev.txt"
-    with RayHead(ray_bin, num_cpus=2) as head:
+    # CPUs as Ray counts them (a logical resource): enough that both batches under way of an
+    # asynchronous run get their workers at once, whatever the machine has.
+    with RayHead(ray_bin, num_cpus=8) as head:
         yield head.address
 
 
@@ -96,7 +98,10 @@ def run_on_ray(conf: Path, address: str, **env: str) -> subprocess.Popen:
         stderr=subprocess.STDOUT,
         text=True,
     )
-    output, _ = process.communicate(timeout=300)
+    try:
+        output, _ = process.communicate(timeout=300)
+    finally:
+        process.kill()  # a run still going after the timeout: no leftover process (a no-op once ended)
     assert process.returncode == 0, output
     return process
 

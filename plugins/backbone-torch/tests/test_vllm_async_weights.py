@@ -14,7 +14,7 @@ import astuner_backbone_torch.vllm_rollout as vllm_rollout
 from astuner_backbone_torch.backbone import asynchronous_engine
 from astuner_backbone_torch.vllm_rollout import PolicyServer, VllmRollout, server_flags
 
-from astuner.api import Generation, SamplingParams
+from astuner.api import AstunerError, Generation, SamplingParams
 
 SAMPLING = SamplingParams(max_tokens=4)
 
@@ -52,6 +52,8 @@ class ScriptedServer:
 
     async def unload_adapter(self, name: str) -> None:
         assert all(used != name for used, _ in self.running.values()), f"{name} unloaded under a request"
+        if name not in self.loaded:  # as vLLM answers 404
+            raise AstunerError(f"no adapter {name} loaded")
         self.loaded.remove(name)
         self.events.append(f"unload {name}")
 
@@ -110,6 +112,32 @@ def test_an_adapter_stays_loaded_until_its_last_request_ends(tmp_path: Path) -> 
     assert server.loaded == set() and server.events[-1] == "close"
     assert server.events.index("unload policy-v1") > server.events.index("load policy-v3")
     assert engine.held_seconds == 0.0
+
+
+def test_a_resumed_run_reloads_an_adapter_a_killed_run_left_on_an_attached_server(tmp_path: Path) -> None:
+    """A SIGKILLed run unloads nothing: its `policy-v2` is still on the server when the resumed run loads
+    its own `policy-v2` (vLLM refuses a name it holds); one that fails to unload is tried again at close."""
+    server = ScriptedServer()
+    server.loaded = {"policy-v2"}
+    engine = rollout(tmp_path, True, server)
+
+    async def scenario() -> None:
+        await engine.weights_updated(2)
+        assert server.events == ["unload policy-v2", "load policy-v2"]
+        await engine.weights_updated(3)
+        assert server.loaded == {"policy-v3"}
+
+        async def failing(name: str) -> None:
+            raise AstunerError("server busy")
+
+        server.unload_adapter, kept = failing, server.unload_adapter  # type: ignore[method-assign]
+        with pytest.raises(AstunerError, match="busy"):
+            await engine.weights_updated(4)  # policy-v3 is retired but not unloaded
+        server.unload_adapter = kept  # type: ignore[method-assign]
+        await engine.aclose()
+
+    asyncio.run(scenario())
+    assert server.loaded == set()  # policy-v3 unloaded at close after all, and policy-v4
 
 
 def test_a_full_weights_reload_waits_for_the_requests_in_flight_and_holds_new_ones(

@@ -404,7 +404,8 @@ class TorchBackbone:
                 metrics["timing/rollout_s"] = batch.seconds()
                 metrics["timing/wait_rollout_s"] = got - began
                 idle = _waited_for_weights(list(ahead.values()), got, updated)
-                # Both spans end with the sync: the longer one is their union.
+                # Two waits for the same sync (generation idle, requests held back): the longer one is a
+                # lower bound of their union, which would need both spans' ends.
                 metrics["timing/wait_weights_s"] = max(idle, _held_for_weights(engine))
                 metrics["timing/update_s"] = trained - got
                 metrics["timing/sync_s"] = updated - trained

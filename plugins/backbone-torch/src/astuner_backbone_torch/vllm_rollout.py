@@ -33,7 +33,7 @@ import json
 import shutil
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -101,6 +101,7 @@ class VllmRollout:
         self._admitting.set()
         self._retired: list[str] = []  # adapters served no more, unloaded once no request uses them
         self._weights_folder: Path | None = None
+        self._saving: asyncio.Future[None] | None = None  # the last weight save's thread
 
     @classmethod
     def start(
@@ -199,7 +200,10 @@ class VllmRollout:
     async def _load_adapter(self, version: int) -> None:
         name = f"{ADAPTER_PREFIX}{version}"
         folder = self.folder / name
-        await asyncio.to_thread(self.policy.model.save_pretrained, str(folder))
+        await self._saved(self.policy.model.save_pretrained, str(folder))
+        if self.engine.attached:  # a killed run's adapter of that name may still be loaded there
+            with contextlib.suppress(AstunerError):
+                await self.engine.unload_adapter(name)
         await self.engine.load_adapter(name, folder)
         previous = self.engine.served_name
         self.engine.serve_as(name, version)
@@ -213,14 +217,20 @@ class VllmRollout:
         true: a request keeps the adapter it was sent to)."""
         used = {name for name, _ in self._in_flight}
         for name in [n for n in self._retired if n not in used]:
-            self._retired.remove(name)
             await self.engine.unload_adapter(name)
+            self._retired.remove(name)  # only once unloaded: `aclose` tries the rest again
             shutil.rmtree(self.folder / name, ignore_errors=True)
+
+    async def _saved(self, save: Callable[..., None], *args: Any) -> None:
+        """`save(*args)` in a worker thread. A stopped run cancels the wait, not the thread, which goes
+        on writing: `aclose` waits for it before it deletes the folder."""
+        self._saving = asyncio.ensure_future(asyncio.to_thread(save, *args))
+        await asyncio.shield(self._saving)
 
     async def _reload_weights(self, version: int) -> None:
         # A new folder each time: the server may still map the files it read last time.
         folder = self.folder / f"weights-v{version}"
-        await asyncio.to_thread(save_for_vllm, self.policy.model, folder)
+        await self._saved(save_for_vllm, self.policy.model, folder)
         self._admitting.clear()
         try:
             holding = time.perf_counter()
@@ -249,6 +259,8 @@ class VllmRollout:
                     await self.engine.unload_adapter(name)
             self._retired.clear()
         await self.engine.aclose()
+        if self._saving is not None:
+            await asyncio.gather(self._saving, return_exceptions=True)
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
