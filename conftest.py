@@ -21,8 +21,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def _clean_astuner_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """No test sees the developer's ASTUNER__* settings or plugin narrowing."""
+    """No test sees the developer's ASTUNER__* settings or plugin narrowing. ASTUNER_CACHE stays: it says
+    where converted models are, and a run in a test would otherwise convert SmolLM2 again elsewhere, and
+    name it by another folder than a server that session fixtures started on it."""
     for name in list(os.environ):
-        if name.upper().startswith("ASTUNER_"):
+        if name.upper().startswith("ASTUNER_") and name != "ASTUNER_CACHE":
             monkeypatch.delenv(name)
     yield
