@@ -140,12 +140,17 @@ def test_a_resumed_run_reloads_an_adapter_a_killed_run_left_on_an_attached_serve
     assert server.loaded == set()  # policy-v3 unloaded at close after all, and policy-v4
 
 
+def full_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ScriptedServer, VllmRollout]:
+    """A scripted server and its `VllmRollout` reloading full weights (saved as empty folders)."""
+    monkeypatch.setattr(vllm_rollout, "save_for_vllm", lambda model, folder: folder.mkdir(parents=True))
+    server = ScriptedServer()
+    return server, rollout(tmp_path, False, server)
+
+
 def test_a_full_weights_reload_waits_for_the_requests_in_flight_and_holds_new_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(vllm_rollout, "save_for_vllm", lambda model, folder: folder.mkdir(parents=True))
-    server = ScriptedServer()
-    engine = rollout(tmp_path, False, server)
+    server, engine = full_weights(tmp_path, monkeypatch)
 
     async def scenario() -> dict[int, int | None]:
         early = asyncio.ensure_future(engine.generate([1], SAMPLING))
@@ -176,9 +181,7 @@ def test_a_reload_with_nothing_in_flight_holds_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The synchronous loop (max_staleness 0) syncs between batches: no wait, as before."""
-    monkeypatch.setattr(vllm_rollout, "save_for_vllm", lambda model, folder: folder.mkdir(parents=True))
-    server = ScriptedServer()
-    engine = rollout(tmp_path, False, server)
+    server, engine = full_weights(tmp_path, monkeypatch)
     asyncio.run(engine.weights_updated(1))
     assert server.reloads == ["weights-v1"] and server.policy_version == 1
     assert engine.held_seconds < 0.01
